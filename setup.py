@@ -1,0 +1,33 @@
+"""Packaging for tvm_fusion_hw.
+
+The repository keeps schedules/, targets/ and models/ at the top level (one concept per folder);
+they install inside the package as tvm_fusion_hw.schedules, tvm_fusion_hw.models and the package
+data tvm_fusion_hw/targets/*.json, so the installed namespace stays one package.
+"""
+
+from setuptools import setup
+
+setup(
+    name="tvm_fusion_hw",
+    version="0.1.0",
+    description="Hardware-aware operator fusion for Apache TVM (Relax): roofline, registers, shared memory",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=[
+        "tvm_fusion_hw",
+        "tvm_fusion_hw.schedules",
+        "tvm_fusion_hw.models",
+        "tvm_fusion_hw.targets",
+    ],
+    package_dir={
+        "tvm_fusion_hw": "tvm_fusion_hw",
+        "tvm_fusion_hw.schedules": "schedules",
+        "tvm_fusion_hw.models": "models",
+        "tvm_fusion_hw.targets": "targets",
+    },
+    package_data={"tvm_fusion_hw.targets": ["*.json"]},
+    install_requires=["apache-tvm>=0.27,<0.28", "numpy", "onnx"],
+    extras_require={"test": ["pytest", "pytest-xdist"]},
+    entry_points={"console_scripts": ["tvm-fusion-hw=tvm_fusion_hw.cli:main"]},
+)

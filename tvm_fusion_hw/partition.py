@@ -1,0 +1,136 @@
+"""Partition a dataflow graph into fusion groups, asking the policy at every step.
+
+Three phases, each a walk over the graph that proposes merges to :class:`FusionPolicy`:
+
+0. Epilogues, in topological order: a complex op (convolution, matmul, pooling, reduction) takes
+   the element-wise ops that consume its output, one at a time, while the policy agrees.
+1. Complex pairs: a group anchored by a complex op whose whole output feeds one other complex
+   group (conv -> pool, depthwise -> pointwise) merges with it where the policy finds the
+   intermediate tile fits shared memory and occupancy holds. Stock TVM never does this.
+2. Chains and prologues, in reverse topological order: an element-wise or injective op joins the
+   group that consumes all of its output when that group is a chain of the same kind (a
+   memory-bound chain) or a reduction (the op is computed inside the reduction's loads).
+
+A producer only ever joins a group that consumes all of its outputs, and no group's value leaves
+and re-enters it, so every group stays convex and the grouped module stays acyclic.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Set
+
+from .analysis import CONTRACTIONS, ROW_REDUCE, GraphCosts, describe
+from .decisions import Decision
+from .graph import BROADCAST, INJECTIVE, OPAQUE, DataflowGraph
+from .policy import FusionPolicy, GroupView
+
+
+class Partition:
+    """Union of nodes into groups, with the decisions that made them."""
+
+    def __init__(self, graph: DataflowGraph, costs: GraphCosts, policy: FusionPolicy):
+        self.graph = graph
+        self.costs = costs
+        self.policy = policy
+        self.group_of: List[int] = [node.index for node in graph.nodes]
+        self.members: Dict[int, List[int]] = {node.index: [node.index] for node in graph.nodes}
+        self.decisions: List[Decision] = []
+
+    # ---- group queries ---------------------------------------------------------------------
+    def label(self, members: List[int]) -> str:
+        names = [self.graph.nodes[i].name for i in sorted(members)]
+        if len(names) <= 4:
+            return "+".join(names)
+        return f"{names[0]}+...+{names[-1]} ({len(names)} ops)"
+
+    def view(self, members: List[int]) -> GroupView:
+        return GroupView(
+            label=self.label(members),
+            infos=[self.costs.node_info[i] for i in sorted(members)],
+            cost=self.costs.group_cost(members),
+        )
+
+    def consumer_group(self, gid: int) -> Optional[int]:
+        """The one group that reads every output of ``gid``; None if outputs escape or fan out."""
+        targets: Set[int] = set()
+        for i in self.members[gid]:
+            node = self.graph.nodes[i]
+            if node.escapes:
+                return None
+            targets |= {self.group_of[c] for c in node.consumers if self.group_of[c] != gid}
+        return targets.pop() if len(targets) == 1 else None
+
+    def has_complex(self, gid: int) -> bool:
+        return any(self.costs.node_info[i].is_complex for i in self.members[gid])
+
+    def max_pattern(self, gid: int) -> int:
+        return max(self.graph.nodes[i].pattern for i in self.members[gid])
+
+    def kinds(self, gid: int) -> str:
+        return describe([self.costs.node_info[i].kind for i in sorted(self.members[gid])])
+
+    # ---- merging ---------------------------------------------------------------------------
+    def propose(self, rule_fn, producer: int, consumer: int) -> bool:
+        """Ask the policy about merging group ``producer`` into group ``consumer``; merge if yes."""
+        merged = self.members[producer] + self.members[consumer]
+        decision = rule_fn(self.view(self.members[producer]), self.view(self.members[consumer]),
+                           self.view(merged))
+        self.decisions.append(decision)
+        if decision.fused:
+            for i in self.members.pop(producer):
+                self.group_of[i] = consumer
+            self.members[consumer] = sorted(merged)
+        return decision.fused
+
+    def run(self) -> "Partition":
+        self._epilogues()
+        self._complex_pairs()
+        self._chains()
+        return self
+
+    def _epilogues(self) -> None:
+        for node in self.graph.nodes:
+            if not self.costs.node_info[node.index].is_complex or node.pattern == OPAQUE:
+                continue
+            while True:
+                gid = self.group_of[node.index]
+                target = self.consumer_group(gid)
+                if target is None or len(self.members[target]) != 1 or self.max_pattern(target) > BROADCAST:
+                    break
+                if not self.propose(self.policy.epilogue, gid, target):
+                    break
+
+    def _complex_pairs(self) -> None:
+        for node in self.graph.nodes:
+            gid = self.group_of[node.index]
+            if not self.costs.node_info[node.index].is_complex or node.index != min(self.members[gid]):
+                continue
+            target = self.consumer_group(gid)
+            if target is not None and self.has_complex(target):
+                self.propose(self.policy.complex_pair, gid, target)
+
+    def _chains(self) -> None:
+        for node in reversed(self.graph.nodes):
+            gid = self.group_of[node.index]
+            if node.pattern > INJECTIVE or len(self.members[gid]) != 1:
+                continue
+            target = self.consumer_group(gid)
+            if target is None:
+                continue
+            if self.max_pattern(target) <= INJECTIVE:
+                self.propose(self.policy.chain, gid, target)
+            elif node.pattern <= BROADCAST and self._is_reduction_group(target):
+                self.propose(self.policy.prologue, gid, target)
+            else:
+                self.decisions.append(Decision(
+                    "prologue", self.label(self.members[gid]), self.label(self.members[target]), False,
+                    f"a {self.kinds(target)} template loads its operands itself: no prologue fusion"))
+
+    def _is_reduction_group(self, gid: int) -> bool:
+        kinds = {self.costs.node_info[i].kind for i in self.members[gid]}
+        return ROW_REDUCE in kinds and not kinds & set(CONTRACTIONS)
+
+    # ---- result ----------------------------------------------------------------------------
+    def groups(self) -> List[List[int]]:
+        """Groups in topological order of their first member."""
+        return sorted((sorted(m) for m in self.members.values()), key=lambda m: m[0])

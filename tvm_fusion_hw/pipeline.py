@@ -1,0 +1,88 @@
+"""Compilation pipelines: TVM's own default pipeline with FuseOps swapped for ours, nothing else.
+
+:func:`get_pipeline` takes the pass lists of TVM's backend for the target's kind
+(``relax/backend/{cuda,rocm,cpu_generic}/pipeline.py``) and replaces the one ``FuseOps`` pass in
+them with :class:`HardwareAwareFuseOps`, so a comparison with :func:`stock_pipeline` differs in the
+fusion decisions alone.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Union
+
+import tvm
+from tvm import relax
+from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
+from tvm.relax.backend.cuda import pipeline as cuda_pipeline
+from tvm.relax.backend.rocm import pipeline as rocm_pipeline
+
+from .errors import FusionHWError
+from .fuse_pass import HardwareAwareFuseOps
+from .profile import HardwareProfile
+
+BACKENDS = {"cuda": cuda_pipeline, "rocm": rocm_pipeline, "llvm": cpu_pipeline}
+
+
+def _backend(target: tvm.target.Target):
+    kind = target.kind.name
+    if kind not in BACKENDS:
+        raise FusionHWError(f"target kind '{kind}' is not supported; use one of {sorted(BACKENDS)}")
+    if kind == "rocm":
+        from .toolchain import configure_rocm  # pylint: disable=import-outside-toplevel
+
+        configure_rocm()
+    return BACKENDS[kind]
+
+
+def _swap_fuse_ops(passes: List[tvm.transform.Pass], fuse: tvm.transform.Pass) -> List[tvm.transform.Pass]:
+    names = [p.info.name for p in passes]
+    if names.count("FuseOps") != 1:
+        raise FusionHWError(f"expected one FuseOps in TVM's pipeline, found {names.count('FuseOps')}")
+    return [fuse if p.info.name == "FuseOps" else p for p in passes]
+
+
+def get_pipeline(
+    target: tvm.target.Target,
+    profile: Union[HardwareProfile, str, None] = None,
+    fuse_pass: Optional[HardwareAwareFuseOps] = None,
+    **knobs,
+) -> tvm.transform.Pass:
+    """TVM's default pipeline for ``target`` with hardware-aware fusion in place of FuseOps.
+
+    Parameters
+    ----------
+    target : tvm.target.Target
+        Where the code runs: a target from :func:`tvm_fusion_hw.target` (cuda or rocm), or any
+        cuda/rocm/llvm target together with ``profile``.
+    profile : HardwareProfile or str, optional
+        The hardware to fuse for. Defaults to the profile ``target`` carries. Giving it with an
+        llvm target builds the GPU's fusion decisions for the CPU (how the tests check numerics).
+    fuse_pass : HardwareAwareFuseOps, optional
+        A pass instance to use (and read ``.report`` from afterwards); made from ``knobs`` if omitted.
+    **knobs
+        Keywords of :class:`tvm_fusion_hw.PolicyConfig`, passed to the fusion pass.
+    """
+    passes = _backend(target)
+    if fuse_pass is None:
+        fuse_pass = HardwareAwareFuseOps(profile if profile is not None else target, **knobs)
+    elif knobs:
+        raise FusionHWError("give either fuse_pass or knobs, not both")
+
+    @tvm.transform.module_pass(opt_level=0, name="HardwareAwarePipeline")
+    def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        with target:
+            seq = tvm.transform.Sequential(
+                passes.library_dispatch_passes(target)
+                + _swap_fuse_ops(passes.legalize_passes(target), fuse_pass)
+                + passes.dataflow_lower_passes(target)
+                + passes.finalize_passes(target)
+            )
+            return seq(mod)
+
+    return _pipeline
+
+
+def stock_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
+    """TVM's own default pipeline for ``target``: the baseline every comparison uses."""
+    _backend(target)
+    return relax.get_default_pipeline(target)

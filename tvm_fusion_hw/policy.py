@@ -1,0 +1,248 @@
+"""The fusion rules, made relative to a hardware profile.
+
+One class, :class:`FusionPolicy`, answers "may this producer group and this consumer group run as
+one kernel on this GPU?" and says why (compare PyTorch Inductor's ``choices.py``: ``can_fuse`` in
+one overridable class, thresholds in one config, a logged reason for every refusal). The rules,
+from ../shared/fusion-rules.md:
+
+1. Arithmetic intensity against the profile's ridge point: memory-bound chains fuse; compute-bound
+   groups take an epilogue only within the register budget ("fuse cautiously").
+2. Register pressure: a group's estimated registers per thread must stay within the budget that
+   keeps :attr:`PolicyConfig.target_occupancy`; that budget also caps the fusion depth.
+3. Shared memory: two complex ops (conv then pool, depthwise then pointwise) fuse only when the
+   intermediate tile fits the profile's shared memory per block and the fused kernel keeps at
+   least (1 - :attr:`PolicyConfig.max_occupancy_drop`) of the unfused kernels' occupancy.
+
+The register and tile figures here are estimates of what the schedule templates will do; the
+tile constants are the templates' own, so the two stay designed together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence
+
+from .analysis import (
+    CONTRACTIONS,
+    DEPTHWISE_CONV,
+    ELEMENTWISE,
+    POINTWISE_CONV,
+    WINDOW_REDUCE,
+    FuncInfo,
+    GroupCost,
+)
+from .decisions import Decision
+from .errors import FusionHWError
+from .occupancy import Occupancy, occupancy, register_budget
+from .profile import HardwareProfile
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyConfig:  # pylint: disable=too-many-instance-attributes
+    """Thresholds and model constants of the rules. Every one is a keyword of the pass."""
+
+    #: occupancy a kernel needs to hide memory latency; sets the register budget per thread
+    target_occupancy: float = 0.5
+    #: the rules file: a fusion that drops occupancy by more than this is split
+    max_occupancy_drop: float = 0.20
+    #: registers every kernel spends on indices, loop counters and pointers
+    base_registers: int = 16
+    #: registers one more fused element-wise op costs (an operand, a temporary, address math)
+    registers_per_fused_op: int = 4
+    #: per-thread accumulator and operand registers of a contraction template (4x4 tile + operands)
+    contraction_tile_registers: int = 24
+    #: per-thread registers of a reduction (partial result, index)
+    reduction_tile_registers: int = 4
+    #: threads per block of the fused templates
+    block_threads: int = 256
+    #: a fused complex pair's block covers this many warps' worth of output pixels
+    tile_warps: int = 2
+    #: output channels per block of a conv + pool template
+    pool_channel_tile: int = 32
+    #: shared memory a contraction stages its operand tiles in ((64 + 64) x 16 floats)
+    contraction_stage_bytes: int = 8192
+    #: fuse complex pairs (conv+pool, depthwise+pointwise) at all
+    fuse_complex_pairs: bool = True
+    #: upper bound on ops per group (the stock PassContext key relax.FuseOps.max_depth also bounds it)
+    max_depth: int = 256
+
+    def __post_init__(self):
+        if not 0 < self.target_occupancy <= 1:
+            raise FusionHWError(f"target_occupancy must be in (0, 1], got {self.target_occupancy}")
+        if not 0 <= self.max_occupancy_drop < 1:
+            raise FusionHWError(f"max_occupancy_drop must be in [0, 1), got {self.max_occupancy_drop}")
+        if self.max_depth < 1:
+            raise FusionHWError(f"max_depth must be at least 1, got {self.max_depth}")
+
+
+@dataclasses.dataclass
+class GroupView:
+    """What the policy sees of a (candidate) group."""
+
+    label: str
+    infos: List[FuncInfo]
+    cost: GroupCost
+
+    def anchor(self) -> Optional[FuncInfo]:
+        """The group's complex op (the one a template is chosen for), if any."""
+        complex_ops = [i for i in self.infos if i.is_complex]
+        return max(complex_ops, key=lambda i: i.flops) if complex_ops else None
+
+
+class FusionPolicy:
+    """The fusion rules on one hardware profile."""
+
+    def __init__(self, profile: HardwareProfile, config: Optional[PolicyConfig] = None):
+        self.profile = profile
+        self.config = config or PolicyConfig()
+        self.register_budget = register_budget(profile, self.config.target_occupancy)
+        self.depth_cap = min(
+            self.config.max_depth,
+            max(1, (self.register_budget - self.config.base_registers) // self.config.registers_per_fused_op),
+        )
+
+    # ---- estimates ------------------------------------------------------------------------
+    def estimate_registers(self, infos: Sequence[FuncInfo]) -> int:
+        """Registers per thread of ``infos`` fused: base + the anchor's tile + live values."""
+        cfg = self.config
+        tile = 0
+        live = 0
+        for info in infos:
+            if info.kind in CONTRACTIONS:
+                tile = max(tile, cfg.contraction_tile_registers)
+            elif info.kind != ELEMENTWISE:
+                tile = max(tile, cfg.reduction_tile_registers)
+            else:
+                live += cfg.registers_per_fused_op * info.element_bytes // 4
+        return cfg.base_registers + tile + live
+
+    def budgets(self) -> Dict[str, object]:
+        """The per-profile limits, for the report."""
+        p = self.profile
+        return {
+            "profile": p.summary(),
+            "ridge point (FLOP/B)": round(p.ridge_point_flop_per_byte, 2),
+            "register budget (regs/thread at "
+            f"{self.config.target_occupancy:.0%} occupancy)": self.register_budget,
+            "fusion depth cap (ops)": self.depth_cap,
+            "shared memory per block (B)": p.shared_memory_bytes_per_block,
+        }
+
+    # ---- rules ----------------------------------------------------------------------------
+    def _figures(self, merged: GroupView) -> Dict[str, object]:
+        return {
+            "intensity_flop_per_byte": round(merged.cost.intensity, 3),
+            "ridge_flop_per_byte": round(self.profile.ridge_point_flop_per_byte, 3),
+            "saved_bytes": merged.cost.saved_bytes,
+            "estimated_registers": self.estimate_registers(merged.infos),
+            "register_budget": self.register_budget,
+            "ops": merged.cost.members,
+            "depth_cap": self.depth_cap,
+        }
+
+    def _register_check(self, rule: str, producer: GroupView, consumer: GroupView, merged: GroupView,
+                        why: str) -> Decision:
+        """Shared by the chain, epilogue and prologue rules: depth cap, then register budget."""
+        figures = self._figures(merged)
+        regs = figures["estimated_registers"]
+        if merged.cost.members > self.depth_cap:
+            return Decision("depth", producer.label, consumer.label, False,
+                            f"{merged.cost.members} ops exceed the depth cap {self.depth_cap} "
+                            f"(register budget {self.register_budget}/thread)", figures)
+        if regs > self.register_budget:
+            return Decision(rule, producer.label, consumer.label, False,
+                            f"~{regs} regs/thread exceed the budget {self.register_budget} that keeps "
+                            f"{self.config.target_occupancy:.0%} occupancy: stage instead", figures)
+        return Decision(rule, producer.label, consumer.label, True,
+                        f"{why}; {merged.cost.intensity:.2f} FLOP/B vs ridge "
+                        f"{self.profile.ridge_point_flop_per_byte:.1f} ({merged.cost.regime(self.profile)}), "
+                        f"saves {merged.cost.saved_bytes / 1e6:.2f} MB, ~{regs} regs <= {self.register_budget}",
+                        figures)
+
+    def chain(self, producer: GroupView, consumer: GroupView, merged: GroupView) -> Decision:
+        """Element-wise/injective producer into an element-wise/injective consumer."""
+        return self._register_check("chain", producer, consumer, merged, "memory-bound chain")
+
+    def prologue(self, producer: GroupView, consumer: GroupView, merged: GroupView) -> Decision:
+        """Element-wise producer computed inside a reduction's loads."""
+        return self._register_check("prologue", producer, consumer, merged,
+                                    "element-wise prologue read inside the reduction")
+
+    def epilogue(self, producer: GroupView, consumer: GroupView, merged: GroupView) -> Decision:
+        """Element-wise consumers applied to a complex op's outputs while still in registers."""
+        anchor = producer.anchor()
+        rule = "epilogue" if anchor is None or anchor.kind in CONTRACTIONS or anchor.kind == WINDOW_REDUCE \
+            else "reduction-epilogue"
+        return self._register_check(rule, producer, consumer, merged,
+                                    "epilogue applied in registers")
+
+    def complex_pair(self, producer: GroupView, consumer: GroupView, merged: GroupView) -> Decision:
+        """Two complex ops in one kernel, the intermediate tile in shared memory."""
+        cfg, p = self.config, self.profile
+        first, second = producer.anchor(), consumer.anchor()
+        figures = self._figures(merged)
+        pair = f"{first.kind if first else '?'} -> {second.kind if second else '?'}"
+        if not cfg.fuse_complex_pairs:
+            return Decision("complex-pair", producer.label, consumer.label, False,
+                            f"{pair}: complex pairs disabled (fuse_complex_pairs=False)", figures)
+        tile_bytes = self._intermediate_tile_bytes(first, second)
+        if tile_bytes is None:
+            return Decision("complex-pair", producer.label, consumer.label, False,
+                            f"{pair}: no fused template keeps this intermediate on chip", figures)
+        fused_smem = tile_bytes + self._stage_bytes(producer.infos + consumer.infos)
+        fused_regs = self.estimate_registers(merged.infos)
+        fused = occupancy(p, cfg.block_threads, fused_regs, fused_smem)
+        apart = [self._occupancy_of(producer), self._occupancy_of(consumer)]
+        baseline = min(apart, key=lambda o: o.occupancy)
+        drop = 1 - fused.occupancy / baseline.occupancy if baseline.occupancy else 1.0
+        figures.update({
+            "intermediate_tile_bytes": tile_bytes,
+            "fused_shared_bytes": fused_smem,
+            "shared_bytes_per_block_limit": p.shared_memory_bytes_per_block,
+            "fused_occupancy": round(fused.occupancy, 3),
+            "unfused_occupancy": round(baseline.occupancy, 3),
+            "occupancy_drop": round(drop, 3),
+        })
+        if fused_smem > p.shared_memory_bytes_per_block:
+            return Decision("complex-pair", producer.label, consumer.label, False,
+                            f"{pair}: tile {fused_smem / 1024:.1f} KiB exceeds "
+                            f"{p.shared_memory_bytes_per_block / 1024:.0f} KiB shared memory per block",
+                            figures)
+        if drop > cfg.max_occupancy_drop:
+            return Decision("complex-pair", producer.label, consumer.label, False,
+                            f"{pair}: occupancy {baseline} -> {fused} drops {drop:.0%} "
+                            f"> {cfg.max_occupancy_drop:.0%}", figures)
+        return Decision("complex-pair", producer.label, consumer.label, True,
+                        f"{pair}: {tile_bytes / 1024:.1f} KiB tile in shared memory saves "
+                        f"{merged.cost.saved_bytes / 1e6:.2f} MB; occupancy {baseline.occupancy:.0%} -> "
+                        f"{fused.occupancy:.0%} (limit {cfg.max_occupancy_drop:.0%} drop)", figures)
+
+    # ---- complex-pair helpers --------------------------------------------------------------
+    def _tile_pixels(self) -> int:
+        return self.config.tile_warps * self.profile.warp_size
+
+    def _intermediate_tile_bytes(self, first: Optional[FuncInfo], second: Optional[FuncInfo]) -> Optional[int]:
+        """Bytes of the producer's output one block of the fused template keeps on chip."""
+        if first is None or second is None or first.kind not in CONTRACTIONS:
+            return None
+        if second.kind == WINDOW_REDUCE:
+            # Every pooled pixel reads its window of conv outputs, for a tile of channels.
+            window = 1
+            for extent in second.reduction_extents:
+                window *= extent
+            return self._tile_pixels() * window * self.config.pool_channel_tile * first.element_bytes
+        if first.kind == DEPTHWISE_CONV and second.kind == POINTWISE_CONV:
+            # The pointwise conv reads every channel of each pixel: all channels stay on chip.
+            channels = 1
+            for extent in second.reduction_extents:
+                channels *= extent
+            return self._tile_pixels() * channels * first.element_bytes
+        return None
+
+    def _stage_bytes(self, infos: Sequence[FuncInfo]) -> int:
+        return self.config.contraction_stage_bytes if any(
+            i.kind in CONTRACTIONS and i.kind != DEPTHWISE_CONV for i in infos) else 0
+
+    def _occupancy_of(self, group: GroupView) -> Occupancy:
+        return occupancy(self.profile, self.config.block_threads,
+                         self.estimate_registers(group.infos), self._stage_bytes(group.infos))
