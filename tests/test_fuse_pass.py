@@ -1,0 +1,185 @@
+"""Before/Expected structural tests of HardwareAwareFuseOps on the rules' micro-graphs.
+
+Both modules are written at the Relax operator level and lowered with the same LegalizeOps and
+AnnotateTIROpPattern, so the comparison checks only the grouping the pass makes (the grouped
+functions, their parameters and outputs, and main's calls). Compare TVM's own
+tests/python/relax/test_transform_fuse_ops.py.
+"""
+
+import tvm
+import tvm.testing
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+import tvm_fusion_hw as hw
+
+
+def lower(mod):
+    return tvm.transform.Sequential(
+        [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern()]
+    )(mod)
+
+
+def fuse(mod, profile, **knobs):
+    return hw.HardwareAwareFuseOps(profile, **knobs)(lower(mod))
+
+
+# ---- conv + ReLU + 2x2 max-pool -------------------------------------------------------------
+@I.ir_module
+class ConvReluPool:
+    @R.function
+    def main(x: R.Tensor((1, 64, 56, 56), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")):
+        with R.dataflow():
+            a = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
+            b = R.nn.relu(a)
+            c = R.nn.max_pool2d(b, pool_size=[2, 2], strides=[2, 2])
+            R.output(c)
+        return c
+
+
+@I.ir_module
+class ConvReluPoolFusedOnChip:
+    """H200: the pool reads the conv tile from shared memory: one kernel."""
+
+    @R.function(private=True)
+    def fused_conv2d_relu_max_pool2d(
+        x: R.Tensor((1, 64, 56, 56), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")
+    ) -> R.Tensor((1, 64, 28, 28), "float32"):
+        R.func_attr({"Primitive": True})
+        with R.dataflow():
+            a = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
+            b = R.nn.relu(a)
+            c = R.nn.max_pool2d(b, pool_size=[2, 2], strides=[2, 2])
+            R.output(c)
+        return c
+
+    @R.function
+    def main(x: R.Tensor((1, 64, 56, 56), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")):
+        cls = ConvReluPoolFusedOnChip
+        with R.dataflow():
+            c = cls.fused_conv2d_relu_max_pool2d(x, w)
+            R.output(c)
+        return c
+
+
+@I.ir_module
+class ConvReluPoolStaged:
+    """RTX 3060: the tile would cut occupancy too far; conv+ReLU, then the pool."""
+
+    @R.function(private=True)
+    def fused_conv2d_relu(
+        x: R.Tensor((1, 64, 56, 56), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")
+    ) -> R.Tensor((1, 64, 56, 56), "float32"):
+        R.func_attr({"Primitive": True})
+        with R.dataflow():
+            a = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
+            b = R.nn.relu(a)
+            R.output(b)
+        return b
+
+    @R.function
+    def main(x: R.Tensor((1, 64, 56, 56), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")):
+        cls = ConvReluPoolStaged
+        with R.dataflow():
+            b = cls.fused_conv2d_relu(x, w)
+            c = R.nn.max_pool2d(b, pool_size=[2, 2], strides=[2, 2])
+            R.output(c)
+        return c
+
+
+def test_conv_pool_fused_on_h200():
+    tvm.ir.assert_structural_equal(fuse(ConvReluPool, "nvidia-h200"), lower(ConvReluPoolFusedOnChip))
+
+
+def test_conv_pool_staged_on_rtx_3060():
+    tvm.ir.assert_structural_equal(fuse(ConvReluPool, "nvidia-rtx-3060"), lower(ConvReluPoolStaged))
+
+
+def test_complex_pairs_knob_turns_the_pair_off():
+    after = fuse(ConvReluPool, "nvidia-h200", fuse_complex_pairs=False)
+    tvm.ir.assert_structural_equal(after, lower(ConvReluPoolStaged))
+
+
+# ---- element-wise chain with a diamond --------------------------------------------------------
+@I.ir_module
+class Diamond:
+    @R.function
+    def main(x: R.Tensor((8, 256), "float32"), y: R.Tensor((8, 256), "float32")):
+        with R.dataflow():
+            a = R.nn.relu(x)
+            b = R.add(a, y)
+            c = R.multiply(a, y)
+            d = R.add(b, c)
+            R.output(d)
+        return d
+
+
+@I.ir_module
+class DiamondFused:
+    @R.function(private=True)
+    def fused_relu_add_multiply(
+        x: R.Tensor((8, 256), "float32"), y: R.Tensor((8, 256), "float32")
+    ) -> R.Tensor((8, 256), "float32"):
+        R.func_attr({"Primitive": True})
+        with R.dataflow():
+            a = R.nn.relu(x)
+            b = R.add(a, y)
+            c = R.multiply(a, y)
+            d = R.add(b, c)
+            R.output(d)
+        return d
+
+    @R.function
+    def main(x: R.Tensor((8, 256), "float32"), y: R.Tensor((8, 256), "float32")):
+        cls = DiamondFused
+        with R.dataflow():
+            d = cls.fused_relu_add_multiply(x, y)
+            R.output(d)
+        return d
+
+
+def test_memory_bound_diamond_is_one_group():
+    tvm.ir.assert_structural_equal(fuse(Diamond, "nvidia-h200"), lower(DiamondFused))
+
+
+def test_max_depth_knob_splits_the_chain():
+    after = fuse(Diamond, "nvidia-h200", max_depth=1)
+    tvm.ir.assert_structural_equal(after, lower(Diamond))
+
+
+def test_stock_max_depth_key_is_an_upper_bound():
+    with tvm.transform.PassContext(config={"relax.FuseOps.max_depth": 1}):
+        after = fuse(Diamond, "nvidia-h200")
+    tvm.ir.assert_structural_equal(after, lower(Diamond))
+
+
+# ---- a value that leaves the group: two outputs ---------------------------------------------
+@I.ir_module
+class TwoOutputs:
+    @R.function
+    def main(x: R.Tensor((1, 16, 8, 8), "float32"), w: R.Tensor((16, 16, 1, 1), "float32")):
+        with R.dataflow():
+            a = R.nn.relu(x)
+            b = R.nn.conv2d(a, w)
+            c = R.add(b, a)
+            R.output(c)
+        return c
+
+
+def test_groups_stay_acyclic_and_numerically_equal():
+    """relu feeds both the conv and the residual add: grouping must keep the graph valid."""
+    import numpy as np
+
+    after = relax.transform.FuseTIR()(fuse(TwoOutputs, "nvidia-h200"))
+    relax.analysis.well_formed(after)  # raises on a violation
+    target = tvm.target.Target({"kind": "llvm"})
+    stock = tvm.compile(TwoOutputs, target=target)
+    ours = tvm.compile(TwoOutputs, target=target,
+                       relax_pipeline=hw.get_pipeline(target, profile="nvidia-h200"))
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((1, 16, 8, 8), dtype="float32"),
+            rng.standard_normal((16, 16, 1, 1), dtype="float32")]
+    outs = [relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()
+            for ex in (stock, ours)]
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
