@@ -33,6 +33,7 @@ CONV = "conv"  # contraction over channels and a spatial window
 DEPTHWISE_CONV = "depthwise_conv"  # contraction over a spatial window only
 POINTWISE_CONV = "pointwise_conv"  # contraction over channels only (1x1 window)
 MATMUL = "matmul"  # contraction over one axis
+PROJECTION = "projection"  # a TupleGetItem: no computation, no kernel
 CONTRACTIONS = (CONV, DEPTHWISE_CONV, POINTWISE_CONV, MATMUL)
 
 
@@ -136,8 +137,13 @@ def _classify_reduction(block: tvm.s_tir.SBlock) -> Tuple[str, Tuple[int, ...]]:
     return ROW_REDUCE, extents
 
 
-def analyze_func(name: str, func: tvm.tirx.PrimFunc, pattern: int) -> FuncInfo:
-    """Read one PrimFunc's cost and kind from its TIR."""
+def projection_info(name: str) -> FuncInfo:
+    """A TupleGetItem costs nothing: it names one output of its source."""
+    return FuncInfo(name, 0, PROJECTION, 0.0, 0, 0, (), 0, 4)
+
+
+def analyze_func(name: str, func: tvm.tirx.PrimFunc, pattern: int, num_outputs: int = 1) -> FuncInfo:
+    """Read one PrimFunc's cost and kind from its TIR (outputs are its last ``num_outputs`` params)."""
     params = [p for p in func.params if hasattr(p.ty, "shape") and hasattr(p.ty, "dtype")]
     sizes = []
     for param in params:
@@ -155,15 +161,15 @@ def analyze_func(name: str, func: tvm.tirx.PrimFunc, pattern: int) -> FuncInfo:
         kind, extents = _classify_reduction(anchor)
     param_names = {p.name for p in params}
     loads = sum(1 for b in blocks for load in _loads(b.body) if load.source.name in param_names)
-    element_bytes = tvm.DataType(params[-1].ty.dtype).bits // 8 if params else 4
-    # The last param is the output in destination-passing style (single-output PrimFuncs).
+    element_bytes = tvm.DataType(params[-num_outputs].ty.dtype).bits // 8 if params else 4
+    # Destination-passing style: the outputs are the last params.
     return FuncInfo(
         name=name,
         pattern=pattern,
         kind=kind,
         flops=flops,
-        input_bytes=sum(sizes[:-1]),
-        output_bytes=sizes[-1] if sizes else 0,
+        input_bytes=sum(sizes[:-num_outputs]),
+        output_bytes=sum(sizes[-num_outputs:]),
         reduction_extents=extents,
         loads_per_output=max(loads, 1),
         element_bytes=max(element_bytes, 1),
@@ -205,8 +211,12 @@ class GraphCosts:
         self._infos: Dict[str, FuncInfo] = {}
         self.node_info: List[FuncInfo] = []
         for node in graph.nodes:
+            if node.is_projection:
+                self.node_info.append(projection_info(node.name))
+                continue
             if node.name not in self._infos:
-                self._infos[node.name] = analyze_func(node.name, node.prim_func, node.pattern)
+                self._infos[node.name] = analyze_func(node.name, node.prim_func, node.pattern,
+                                                      node.num_outputs)
             self.node_info.append(self._infos[node.name])
 
     def info(self, node: Node) -> FuncInfo:
@@ -218,7 +228,7 @@ class GraphCosts:
         member_vars = {node.var for node in nodes}
         inputs: Dict[relax.Expr, int] = {}
         for node in nodes:
-            for arg in node.call.args[1].fields:
+            for arg in node_inputs(node):
                 if arg not in member_vars and arg not in inputs:
                     inputs[arg] = tensor_bytes(arg.ty)
         outputs = 0
@@ -232,14 +242,21 @@ class GraphCosts:
             if internal_readers:
                 # Unfused, this value is written once and read by each internal reader.
                 saved += size * (len(internal_readers) + (0 if external else 1))
-        live = sum(self.info(n).loads_per_output for n in nodes) + len(nodes)
+        live = sum(self.info(n).loads_per_output + 1 for n in nodes if not n.is_projection)
         return GroupCost(
             flops=sum(self.info(n).flops for n in nodes),
             compulsory_bytes=sum(inputs.values()) + outputs,
             saved_bytes=saved,
             live_values=live,
-            members=len(nodes),
+            members=sum(1 for n in nodes if not n.is_projection),
         )
+
+
+def node_inputs(node: Node) -> List[relax.Expr]:
+    """The values a node reads: call_tir arguments, or a projection's tuple."""
+    if node.is_projection:
+        return [node.binding.value.tuple_value]
+    return list(node.call.args[1].fields)
 
 
 def describe(kinds: Sequence[str]) -> str:

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Union
 import tvm
 from tvm import relax
 
-from .analysis import GraphCosts
+from .analysis import GraphCosts, node_inputs
 from .decisions import FusionReport, GroupSummary
 from .errors import FusionHWError
 from .graph import DataflowGraph, build_graphs
@@ -168,7 +168,7 @@ class _FunctionFuser:
         bindings = []
         for node in nodes:
             new_args = []
-            for arg in node.call.args[1].fields:
+            for arg in node_inputs(node):
                 if arg not in member_vars and arg not in remap:
                     name = arg.name if isinstance(arg, relax.Var) else f"param_{len(params)}"
                     param = relax.Var(name, arg.ty)
@@ -176,9 +176,12 @@ class _FunctionFuser:
                     args.append(arg)
                     remap[arg] = param
                 new_args.append(remap[arg])
-            call = node.call
-            new_call = relax.Call(call.op, [call.args[0], relax.Tuple(new_args)] + list(call.args[2:]),
-                                  call.attrs, call.ty_args)
+            call = node.binding.value
+            if node.is_projection:
+                new_call = relax.TupleGetItem(new_args[0], call.index)
+            else:
+                new_call = relax.Call(call.op, [call.args[0], relax.Tuple(new_args)] + list(call.args[2:]),
+                                      call.attrs, call.ty_args)
             var_type = relax.Var if node in outputs else relax.DataflowVar
             new_var = var_type(node.var.name, node.var.ty)
             remap[node.var] = new_var
@@ -188,7 +191,7 @@ class _FunctionFuser:
         ret_ty = out_vars[0].ty if len(out_vars) == 1 else relax.TupleType([v.ty for v in out_vars])
         func = relax.Function(params, relax.SeqExpr([relax.DataflowBlock(bindings)], ret), ret_ty,
                               True, tvm.ir.make_node("ir.DictAttrs", Primitive=True))
-        name = "fused_" + "_".join(dict.fromkeys(n.name for n in nodes))
+        name = "fused_" + "_".join(dict.fromkeys(n.name for n in nodes if not n.is_projection))
         gvar = self.builder.add_func(func, name[:120])
         call = relax.Call(gvar, args)
         if len(outputs) == 1:

@@ -36,7 +36,7 @@ class Node:
     index: int  # position among the function's bindings
     binding: relax.VarBinding
     prim_func_name: str
-    prim_func: tvm.tirx.PrimFunc
+    prim_func: Optional[tvm.tirx.PrimFunc]  # None for a projection (TupleGetItem) node
     pattern: int
     producers: List[int] = dataclasses.field(default_factory=list)
     consumers: List[int] = dataclasses.field(default_factory=list)
@@ -54,6 +54,16 @@ class Node:
     @property
     def name(self) -> str:
         return self.prim_func_name
+
+    @property
+    def is_projection(self) -> bool:
+        """A TupleGetItem of a multi-output call_tir: it always lives in its source's group."""
+        return self.prim_func is None
+
+    @property
+    def num_outputs(self) -> int:
+        out = self.call.ty_args[0] if not self.is_projection and self.call.ty_args else None
+        return len(out.fields) if isinstance(out, relax.TupleType) else 1
 
 
 @dataclasses.dataclass
@@ -111,6 +121,17 @@ def build_graphs(mod: tvm.IRModule, func_name: str = "main") -> List[DataflowGra
                         )
                     )
                     by_var[binding.var] = node_id
+            elif (
+                isinstance(binding, relax.VarBinding)
+                and isinstance(value, relax.TupleGetItem)
+                and isinstance(value.tuple_value, relax.Var)
+                and value.tuple_value in by_var
+            ):
+                # A projection of a multi-output PrimFunc (batch_norm returns a tuple).
+                source = nodes[by_var[value.tuple_value]]
+                node_id = len(nodes)
+                nodes.append(Node(node_id, binding, f"{source.name}[{value.index}]", None, ELEMWISE))
+                by_var[binding.var] = node_id
             for var in _used_vars(value):
                 readers.setdefault(var, set()).add(node_id)
         # Values read after the block (by later blocks or the return value) escape it.

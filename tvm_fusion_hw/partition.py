@@ -83,10 +83,21 @@ class Partition:
         return decision.fused
 
     def run(self) -> "Partition":
+        self._attach_projections()
         self._epilogues()
         self._complex_pairs()
         self._chains()
         return self
+
+    def _attach_projections(self) -> None:
+        """A TupleGetItem is part of its source's kernel, never a kernel of its own."""
+        for node in self.graph.nodes:
+            if node.is_projection:
+                source = self.group_of[node.producers[0]]
+                gid = self.group_of[node.index]
+                for i in self.members.pop(gid):
+                    self.group_of[i] = source
+                self.members[source] = sorted(self.members[source] + [node.index])
 
     def _epilogues(self) -> None:
         for node in self.graph.nodes:
@@ -110,16 +121,17 @@ class Partition:
                 self.propose(self.policy.complex_pair, gid, target)
 
     def _chains(self) -> None:
+        # Each light group is offered to its consumer once, when the walk reaches its last member.
         for node in reversed(self.graph.nodes):
             gid = self.group_of[node.index]
-            if node.pattern > INJECTIVE or len(self.members[gid]) != 1:
+            if node.index != max(self.members[gid]) or self.max_pattern(gid) > INJECTIVE:
                 continue
             target = self.consumer_group(gid)
             if target is None:
                 continue
             if self.max_pattern(target) <= INJECTIVE:
                 self.propose(self.policy.chain, gid, target)
-            elif node.pattern <= BROADCAST and self._is_reduction_group(target):
+            elif self.max_pattern(gid) <= BROADCAST and self._is_reduction_group(target):
                 self.propose(self.policy.prologue, gid, target)
             else:
                 self.decisions.append(Decision(

@@ -27,6 +27,7 @@ from .analysis import (
     DEPTHWISE_CONV,
     ELEMENTWISE,
     POINTWISE_CONV,
+    PROJECTION,
     WINDOW_REDUCE,
     FuncInfo,
     GroupCost,
@@ -108,6 +109,8 @@ class FusionPolicy:
         tile = 0
         live = 0
         for info in infos:
+            if info.kind == PROJECTION:
+                continue
             if info.kind in CONTRACTIONS:
                 tile = max(tile, cfg.contraction_tile_registers)
             elif info.kind != ELEMENTWISE:
