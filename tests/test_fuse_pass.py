@@ -183,3 +183,79 @@ def test_groups_stay_acyclic_and_numerically_equal():
     outs = [relax.VirtualMachine(ex, tvm.cpu())["main"](*[tvm.runtime.tensor(a) for a in args]).numpy()
             for ex in (stock, ours)]
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+
+
+# ---- MobileNetV2 bottleneck: depthwise 3x3 + ReLU6, then pointwise 1x1 ---------------------
+@I.ir_module
+class DepthwisePointwise:
+    @R.function
+    def main(x: R.Tensor((1, 144, 28, 28), "float32"), dw: R.Tensor((144, 1, 3, 3), "float32"),
+             pw: R.Tensor((24, 144, 1, 1), "float32")):
+        with R.dataflow():
+            a = R.nn.conv2d(x, dw, padding=[1, 1, 1, 1], groups=144)
+            b = R.clip(a, R.prim_value(0), R.prim_value(6))
+            c = R.nn.conv2d(b, pw)
+            R.output(c)
+        return c
+
+
+@I.ir_module
+class DepthwisePointwiseOneKernel:
+    """H200: all 144 channels of 64 pixels (36 KiB) stay in shared memory for the 1x1 conv."""
+
+    @R.function(private=True)
+    def fused_conv2d_tir_clip_conv2d1(
+        x: R.Tensor((1, 144, 28, 28), "float32"), dw: R.Tensor((144, 1, 3, 3), "float32"),
+        pw: R.Tensor((24, 144, 1, 1), "float32"),
+    ) -> R.Tensor((1, 24, 28, 28), "float32"):
+        R.func_attr({"Primitive": True})
+        with R.dataflow():
+            a = R.nn.conv2d(x, dw, padding=[1, 1, 1, 1], groups=144)
+            b = R.clip(a, R.prim_value(0), R.prim_value(6))
+            c = R.nn.conv2d(b, pw)
+            R.output(c)
+        return c
+
+    @R.function
+    def main(x: R.Tensor((1, 144, 28, 28), "float32"), dw: R.Tensor((144, 1, 3, 3), "float32"),
+             pw: R.Tensor((24, 144, 1, 1), "float32")):
+        cls = DepthwisePointwiseOneKernel
+        with R.dataflow():
+            c = cls.fused_conv2d_tir_clip_conv2d1(x, dw, pw)
+            R.output(c)
+        return c
+
+
+@I.ir_module
+class DepthwisePointwiseTwoKernels:
+    """RTX 3060: the tile costs too much occupancy; depthwise+ReLU6 in registers, pointwise apart."""
+
+    @R.function(private=True)
+    def fused_conv2d_tir_clip(
+        x: R.Tensor((1, 144, 28, 28), "float32"), dw: R.Tensor((144, 1, 3, 3), "float32"),
+    ) -> R.Tensor((1, 144, 28, 28), "float32"):
+        R.func_attr({"Primitive": True})
+        with R.dataflow():
+            a = R.nn.conv2d(x, dw, padding=[1, 1, 1, 1], groups=144)
+            b = R.clip(a, R.prim_value(0), R.prim_value(6))
+            R.output(b)
+        return b
+
+    @R.function
+    def main(x: R.Tensor((1, 144, 28, 28), "float32"), dw: R.Tensor((144, 1, 3, 3), "float32"),
+             pw: R.Tensor((24, 144, 1, 1), "float32")):
+        cls = DepthwisePointwiseTwoKernels
+        with R.dataflow():
+            b = cls.fused_conv2d_tir_clip(x, dw)
+            c = R.nn.conv2d(b, pw)
+            R.output(c)
+        return c
+
+
+def test_depthwise_pointwise_one_kernel_on_h200():
+    tvm.ir.assert_structural_equal(fuse(DepthwisePointwise, "nvidia-h200"), lower(DepthwisePointwiseOneKernel))
+
+
+def test_depthwise_pointwise_two_kernels_on_rtx_3060():
+    tvm.ir.assert_structural_equal(
+        fuse(DepthwisePointwise, "nvidia-rtx-3060"), lower(DepthwisePointwiseTwoKernels))

@@ -86,3 +86,38 @@ def stock_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
     """TVM's own default pipeline for ``target``: the baseline every comparison uses."""
     _backend(target)
     return relax.get_default_pipeline(target)
+
+
+def fused_module(
+    mod: tvm.IRModule, target: tvm.target.Target, fuse_pass: Optional[tvm.transform.Pass] = None
+) -> tvm.IRModule:
+    """``mod`` lowered and fused, before scheduling: one PrimFunc per kernel.
+
+    The legalization prefix of TVM's pipeline (LegalizeOps, AnnotateTIROpPattern, FoldConstant),
+    then ``fuse_pass`` (stock FuseOps when omitted), then FuseTIR.
+    """
+    fuse = fuse_pass if fuse_pass is not None else relax.transform.FuseOps()
+    with target:
+        return tvm.transform.Sequential([
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            fuse,
+            relax.transform.FuseTIR(),
+        ])(mod)
+
+
+def kernel_names(fused: tvm.IRModule) -> List[str]:
+    """The PrimFuncs ``main`` of a fused module calls, in order: one GPU kernel each (or more)."""
+    names = []
+    for block in fused["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and value.op.same_as(tvm.ir.Op.get("relax.call_tir")):
+                names.append(value.args[0].name_hint)
+    return names
+
+
+def stock_groups(mod: tvm.IRModule, target: tvm.target.Target) -> List[str]:
+    """Kernels stock FuseOps makes of ``mod``."""
+    return kernel_names(fused_module(mod, target))

@@ -197,7 +197,9 @@ class FusionPolicy:
         fused = occupancy(p, cfg.block_threads, fused_regs, fused_smem)
         apart = [self._occupancy_of(producer), self._occupancy_of(consumer)]
         baseline = min(apart, key=lambda o: o.occupancy)
-        drop = 1 - fused.occupancy / baseline.occupancy if baseline.occupancy else 1.0
+        # From whole warps, so that a drop of exactly the limit is not lost to rounding.
+        kept = fused.warps_per_multiprocessor / max(baseline.warps_per_multiprocessor, 1)
+        drop = round(1 - kept, 6)
         figures.update({
             "intermediate_tile_bytes": tile_bytes,
             "fused_shared_bytes": fused_smem,

@@ -188,8 +188,17 @@ def profile_from_dict(data: Mapping[str, object], path: Union[str, Path] = "<dic
     return HardwareProfile(**values)  # type: ignore[arg-type]
 
 
+#: Profiles loaded from user files, by name, so a Target tagged with their name maps back.
+_USER_PROFILES: Dict[str, HardwareProfile] = {}
+
+
+def registered_profile(name: str) -> Union[HardwareProfile, None]:
+    """A profile loaded from a user file under ``name``, if any."""
+    return _USER_PROFILES.get(name)
+
+
 def load_profile_file(path: Union[str, Path]) -> HardwareProfile:
-    """Load and validate one profile file."""
+    """Load and validate one profile file (a user's file is remembered by its name)."""
     path = Path(path)
     if not path.is_file():
         raise FusionHWError(f"profile file not found: {path}")
@@ -198,6 +207,8 @@ def load_profile_file(path: Union[str, Path]) -> HardwareProfile:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise FusionHWError(f"{path}: not valid JSON ({err})") from None
     profile = profile_from_dict(data, path)
+    if path.resolve().parent not in {c.resolve() for c in TARGETS_DIR_CANDIDATES}:
+        _USER_PROFILES[profile.name] = profile
     return profile
 
 

@@ -12,7 +12,7 @@ from typing import Union
 import tvm
 
 from .errors import FusionHWError
-from .profile import HardwareProfile, known_profiles, load_profile
+from .profile import HardwareProfile, known_profiles, load_profile, registered_profile
 
 
 def target(name: Union[str, HardwareProfile], host: Union[str, dict, None] = None) -> tvm.target.Target:
@@ -45,6 +45,8 @@ def target(name: Union[str, HardwareProfile], host: Union[str, dict, None] = Non
 def profile_of(tgt: tvm.target.Target) -> HardwareProfile:
     """The profile a target made by :func:`target` carries (through its tag)."""
     tag = str(tgt.tag) if tgt.tag else ""
+    if registered_profile(tag) is not None:
+        return registered_profile(tag)
     if tag not in known_profiles():
         raise FusionHWError(
             f"target {tgt.kind.name} carries no hardware profile (tag '{tag}'); make it with "

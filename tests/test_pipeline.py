@@ -1,0 +1,77 @@
+"""The hardware-aware pipeline end to end: same numbers as stock TVM, builds for every GPU arch."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_fusion_hw as hw
+from tvm_fusion_hw import toolchain
+from tvm_fusion_hw.models import list_models
+
+MICRO = ["relu_add_mul", "eltwise5", "conv_relu_pool", "dw_pw", "layernorm_residual"]
+FULL = ["mobilenet_v2", "resnet50", "squeezenet1_1", "bert_encoder_layer"]
+
+
+def relative_error(ours, ref):
+    return float(np.linalg.norm(ours - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def assert_same_outputs(ours, stock):
+    assert len(ours) == len(stock)
+    for a, b in zip(ours, stock):
+        assert a.shape == b.shape
+        assert np.isfinite(a).all()
+        assert relative_error(a, b) < 1e-5, relative_error(a, b)
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_zoo_is_covered():
+    assert sorted(MICRO + FULL) == sorted(list_models())
+
+
+@pytest.mark.parametrize("model", FULL + MICRO)
+def test_h200_decisions_match_stock_numerics(runner, model):
+    assert_same_outputs(runner.outputs(model, "nvidia-h200"), runner.outputs(model, None))
+
+
+@pytest.mark.parametrize("profile", ["nvidia-rtx-3060", "nvidia-jetson-agx-orin", "amd-mi300x"])
+@pytest.mark.parametrize("model", ["conv_relu_pool", "dw_pw", "eltwise5"])
+def test_other_profiles_match_stock_numerics(runner, model, profile):
+    assert_same_outputs(runner.outputs(model, profile), runner.outputs(model, None))
+
+
+def test_pipeline_differs_from_stock_only_in_fusion():
+    """Same passes as TVM's CUDA pipeline, in the same order, with FuseOps swapped."""
+    from tvm.relax.backend.cuda import pipeline as cuda
+
+    target = hw.target("nvidia-h200")
+    stock = [p.info.name for p in cuda.legalize_passes(target)]
+    fuse = hw.HardwareAwareFuseOps(target)
+    ours = [p.info.name for p in hw.pipeline._swap_fuse_ops(cuda.legalize_passes(target), fuse)]
+    assert [n if n != "FuseOps" else "HardwareAwareFuseOps" for n in stock] == ours
+
+
+ARCHS = {
+    "nvidia-a100-80gb": "sm_80",
+    "nvidia-rtx-4090": "sm_89",
+    "nvidia-h200": "sm_90",
+    "amd-mi250x": "gfx90a",
+    "amd-mi300x": "gfx942",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", sorted(ARCHS))
+@pytest.mark.parametrize("model", ["mobilenet_v2", "conv_relu_pool", "dw_pw", "layernorm_residual"])
+def test_builds_for_every_gpu_arch(runner, tmp_path, profile, model):
+    target = hw.target(profile)
+    arch = target.attrs.get("arch") or target.attrs.get("mcpu")
+    assert str(arch) == ARCHS[profile]
+    if target.kind.name == "rocm" and not toolchain.have_rocm_toolchain():
+        pytest.skip("ROCm toolchain missing: run scripts/install-system-deps.sh")
+    mod, _, _ = runner.module(model)
+    ex = tvm.compile(mod, target=target, relax_pipeline=hw.get_pipeline(target))
+    path = tmp_path / f"{model}.so"
+    ex.export_library(str(path))
+    assert path.stat().st_size > 0

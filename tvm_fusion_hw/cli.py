@@ -1,0 +1,143 @@
+"""Command line: ``tvm-fusion-hw compile|profiles|models|bundle``.
+
+``tvm-fusion-hw compile mobilenet_v2 --profile nvidia-h200`` imports the model (a zoo name or an
+ONNX file), compiles it with the hardware-aware pipeline, and prints every fusion decision with its
+reason and the resulting groups. Bad input ends with one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from .errors import FusionHWError
+
+
+def _load_module(model: str, batch: int):
+    from .frontend import import_onnx  # pylint: disable=import-outside-toplevel
+
+    if model.endswith(".onnx") or os.sep in model:
+        if batch != 1:
+            raise FusionHWError("--batch applies to zoo models only; an ONNX file has its own shapes")
+        return import_onnx(model)
+    from .models import build  # pylint: disable=import-outside-toplevel
+
+    return import_onnx(build(model, batch=batch))
+
+
+def _write_atomically(path: Path, write) -> None:
+    """Write through a temporary file in the same folder, so a failure leaves nothing behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    from . import fuse_pass, pipeline  # pylint: disable=import-outside-toplevel
+    from .progress import Progress  # pylint: disable=import-outside-toplevel
+    from .target import target as make_target  # pylint: disable=import-outside-toplevel
+
+    tgt = make_target(args.profile)
+    progress = Progress(total=3 if args.compare_stock else 2, enabled=not args.quiet)
+    with progress.stage(f"import {args.model} (batch {args.batch})"):
+        mod = _load_module(args.model, args.batch)
+    fuse = fuse_pass.HardwareAwareFuseOps(tgt)
+    with progress.stage(f"compile for {args.profile} with hardware-aware fusion", instrument_passes=True):
+        start = time.perf_counter()
+        ex = tvm.compile(mod, target=tgt, relax_pipeline=pipeline.get_pipeline(tgt, fuse_pass=fuse))
+        ours = time.perf_counter() - start
+    report = fuse.report
+    print(report)
+    summary = f"\nkernels: {len(report.groups)} hardware-aware; compile {ours:.1f}s"
+    if args.compare_stock:
+        with progress.stage("compile with stock TVM fusion (for comparison)", instrument_passes=True):
+            start = time.perf_counter()
+            tvm.compile(mod, target=tgt, relax_pipeline=pipeline.stock_pipeline(tgt))
+            stock = time.perf_counter() - start
+        summary += f" (stock {stock:.1f}s, {len(pipeline.stock_groups(mod, tgt))} kernels)"
+    print(summary)
+    if args.report_json:
+        _write_atomically(Path(args.report_json), lambda tmp: Path(tmp).write_text(report.to_json()))
+        print(f"report written to {args.report_json}")
+    if args.export:
+        _write_atomically(Path(args.export), ex.export_library)
+        print(f"library written to {args.export}")
+    return 0
+
+
+def cmd_profiles(_args: argparse.Namespace) -> int:
+    from .profile import known_profiles, load_profile  # pylint: disable=import-outside-toplevel
+
+    for name in known_profiles():
+        print(f"{name:26} {load_profile(name).summary()}")
+    return 0
+
+
+def cmd_models(_args: argparse.Namespace) -> int:
+    from .models import input_shape, list_models  # pylint: disable=import-outside-toplevel
+
+    for name in list_models():
+        print(f"{name:22} input {input_shape(name, 1)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tvm-fusion-hw", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    comp = sub.add_parser("compile", help="compile a model and print the fusion decisions")
+    comp.add_argument("model", help="a zoo model name (see `models`) or an .onnx file")
+    comp.add_argument("--profile", default="nvidia-h200", help="hardware profile (see `profiles`)")
+    comp.add_argument("--batch", type=int, default=1, help="batch size of a zoo model")
+    comp.add_argument("--compare-stock", action="store_true", help="also compile with stock fusion")
+    comp.add_argument("--report-json", help="write the decisions as JSON here")
+    comp.add_argument("--export", help="write the built library here (.so)")
+    comp.add_argument("--quiet", action="store_true", help="no progress lines")
+    comp.set_defaults(func=cmd_compile)
+    sub.add_parser("profiles", help="list hardware profiles").set_defaults(func=cmd_profiles)
+    sub.add_parser("models", help="list zoo models").set_defaults(func=cmd_models)
+    bundle = sub.add_parser("bundle", help="write a runtime-only benchmark bundle", add_help=False)
+    bundle.add_argument("rest", nargs=argparse.REMAINDER)
+    bundle.set_defaults(func=None)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "bundle":
+            from .bundle import bundle_main  # pylint: disable=import-outside-toplevel
+
+            return bundle_main(args.rest)
+        return args.func(args)
+    except FusionHWError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # pylint: disable=broad-except
+        if args.debug:
+            raise
+        first = (str(err).strip().splitlines() or [""])[-1]
+        print(f"error: {type(err).__name__}: {first} (run with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
