@@ -51,6 +51,15 @@ def tensor_bytes(ty: tvm.ir.Type) -> int:
     return elements * tvm.DataType(ty.dtype).bits // 8
 
 
+def tensor_elements(ty: tvm.ir.Type) -> int:
+    """Elements of a tensor type with a static shape (a tuple: all fields); -1 when unknown."""
+    if isinstance(ty, relax.TupleType):
+        counts = [tensor_elements(field) for field in ty.fields]
+        return -1 if -1 in counts else sum(counts)
+    shape = tensor_shape(ty)
+    return -1 if shape is None else math.prod(shape)
+
+
 def tensor_shape(ty: tvm.ir.Type) -> Optional[Tuple[int, ...]]:
     """Static shape of a tensor type, or None."""
     shape = getattr(ty, "shape", None)
@@ -76,6 +85,9 @@ class FuncInfo:  # pylint: disable=too-many-instance-attributes
     loads_per_output: int
     #: element size of the output, bytes
     element_bytes: int
+    #: inputs (by position) read element for element at the output's index: a consumer that is
+    #: element-wise in them even when TVM annotates it injective (batch_norm's tuple output)
+    pointwise_inputs: Tuple[int, ...] = ()
 
     @property
     def pattern_name(self) -> str:
@@ -142,6 +154,24 @@ def projection_info(name: str) -> FuncInfo:
     return FuncInfo(name, 0, PROJECTION, 0.0, 0, 0, (), 0, 4)
 
 
+def _pointwise_inputs(func: tvm.tirx.PrimFunc, params, num_outputs: int, blocks) -> Tuple[int, ...]:
+    """Inputs with the first output's shape that every block reads at its own spatial indices."""
+    out_shape = [str(d) for d in params[-num_outputs].ty.shape]
+    found = []
+    for position, param in enumerate(params[:-num_outputs]):
+        if [str(d) for d in param.ty.shape] != out_shape:
+            continue
+        identity = True
+        for block in blocks:
+            names = [str(iv.var) for iv in block.iter_vars if int(iv.iter_type) == 0]
+            for load in _loads(block.body):
+                if load.source.name == param.name and [str(i) for i in load.indices] != names:
+                    identity = False
+        if identity:
+            found.append(position)
+    return tuple(found)
+
+
 def analyze_func(name: str, func: tvm.tirx.PrimFunc, pattern: int, num_outputs: int = 1) -> FuncInfo:
     """Read one PrimFunc's cost and kind from its TIR (outputs are its last ``num_outputs`` params)."""
     params = [p for p in func.params if hasattr(p.ty, "shape") and hasattr(p.ty, "dtype")]
@@ -173,6 +203,7 @@ def analyze_func(name: str, func: tvm.tirx.PrimFunc, pattern: int, num_outputs: 
         reduction_extents=extents,
         loads_per_output=max(loads, 1),
         element_bytes=max(element_bytes, 1),
+        pointwise_inputs=() if reductions or not params else _pointwise_inputs(func, params, num_outputs, blocks),
     )
 
 

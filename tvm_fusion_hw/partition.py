@@ -19,7 +19,11 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Set
 
-from .analysis import CONTRACTIONS, ROW_REDUCE, GraphCosts, describe
+from .analysis import CONTRACTIONS, ROW_REDUCE, GraphCosts, describe, tensor_elements
+
+#: a light group whose every value has at most this many elements is recomputed inside its
+#: consumer's kernel rather than launched on its own (a launch costs microseconds; this is nothing)
+SCALAR_OPERAND_ELEMENTS = 1
 from .decisions import Decision
 from .graph import BROADCAST, INJECTIVE, OPAQUE, DataflowGraph
 from .policy import FusionPolicy, GroupView
@@ -106,10 +110,27 @@ class Partition:
             while True:
                 gid = self.group_of[node.index]
                 target = self.consumer_group(gid)
-                if target is None or len(self.members[target]) != 1 or self.max_pattern(target) > BROADCAST:
+                if target is None or not self._is_epilogue(gid, target):
                     break
                 if not self.propose(self.policy.epilogue, gid, target):
                     break
+
+    def _is_epilogue(self, gid: int, target: int) -> bool:
+        """One op (with its projections) applied element for element to the group's output."""
+        ops = [i for i in self.members[target] if not self.graph.nodes[i].is_projection]
+        if len(ops) != 1:
+            return False
+        consumer = self.graph.nodes[ops[0]]
+        if consumer.pattern <= BROADCAST:
+            return True
+        if consumer.pattern != INJECTIVE or not self.policy.config.injective_epilogues:
+            return False
+        # TVM calls it injective; the TIR may show it is element-wise in the value we produce.
+        info = self.costs.node_info[consumer.index]
+        produced = {self.graph.nodes[i].var for i in self.members[gid]}
+        args = list(consumer.call.args[1].fields)
+        return any(args[k] in produced for k in info.pointwise_inputs) and all(
+            arg not in produced for k, arg in enumerate(args) if k not in info.pointwise_inputs)
 
     def _complex_pairs(self) -> None:
         for node in self.graph.nodes:
@@ -133,10 +154,18 @@ class Partition:
                 self.propose(self.policy.chain, gid, target)
             elif self.max_pattern(gid) <= BROADCAST and self._is_reduction_group(target):
                 self.propose(self.policy.prologue, gid, target)
+            elif self._is_scalar_operand(gid):
+                self.propose(self.policy.scalar_operand, gid, target)
             else:
                 self.decisions.append(Decision(
                     "prologue", self.label(self.members[gid]), self.label(self.members[target]), False,
                     f"a {self.kinds(target)} template loads its operands itself: no prologue fusion"))
+
+    def _is_scalar_operand(self, gid: int) -> bool:
+        """A light group that only makes a few scalars (a clip bound, an epsilon)."""
+        outputs = [self.graph.nodes[i] for i in self.members[gid]]
+        return self.max_pattern(gid) <= INJECTIVE and all(
+            tensor_elements(node.var.ty) <= SCALAR_OPERAND_ELEMENTS for node in outputs)
 
     def _is_reduction_group(self, gid: int) -> bool:
         kinds = {self.costs.node_info[i].kind for i in self.members[gid]}

@@ -64,6 +64,9 @@ class PolicyConfig:  # pylint: disable=too-many-instance-attributes
     contraction_stage_bytes: int = 8192
     #: fuse complex pairs (conv+pool, depthwise+pointwise) at all
     fuse_complex_pairs: bool = True
+    #: let an epilogue take ops TVM annotates injective when the TIR shows them element-wise in
+    #: the epilogue's value (inference batch_norm); stock FuseOps stops at them
+    injective_epilogues: bool = True
     #: upper bound on ops per group (the stock PassContext key relax.FuseOps.max_depth also bounds it)
     max_depth: int = 256
 
@@ -170,6 +173,12 @@ class FusionPolicy:
         """Element-wise producer computed inside a reduction's loads."""
         return self._register_check("prologue", producer, consumer, merged,
                                     "element-wise prologue read inside the reduction")
+
+    def scalar_operand(self, producer: GroupView, consumer: GroupView, merged: GroupView) -> Decision:
+        """A scalar computed from constants (a clip bound): recomputed in the kernel that reads it."""
+        return Decision("scalar-operand", producer.label, consumer.label, True,
+                        "a scalar operand costs nothing to recompute in the consumer; "
+                        "a launch of its own costs microseconds", self._figures(merged))
 
     def epilogue(self, producer: GroupView, consumer: GroupView, merged: GroupView) -> Decision:
         """Element-wise consumers applied to a complex op's outputs while still in registers."""
