@@ -259,3 +259,59 @@ def test_depthwise_pointwise_one_kernel_on_h200():
 def test_depthwise_pointwise_two_kernels_on_rtx_3060():
     tvm.ir.assert_structural_equal(
         fuse(DepthwisePointwise, "nvidia-rtx-3060"), lower(DepthwisePointwiseTwoKernels))
+
+
+# ---- conv + inference batch_norm + ReLU: the TIR shows batch_norm element-wise --------------
+@I.ir_module
+class ConvBatchNormRelu:
+    @R.function
+    def main(x: R.Tensor((1, 16, 8, 8), "float32"), w: R.Tensor((16, 16, 3, 3), "float32"),
+             g: R.Tensor((16,), "float32"), b: R.Tensor((16,), "float32"),
+             m: R.Tensor((16,), "float32"), v: R.Tensor((16,), "float32")):
+        with R.dataflow():
+            a = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
+            bn = R.nn.batch_norm(a, g, b, m, v, axis=1, training=False)
+            y = bn[0]
+            z = R.nn.relu(y)
+            R.output(z)
+        return z
+
+
+@I.ir_module
+class ConvBatchNormReluOneKernel:
+    @R.function(private=True)
+    def fused_conv2d_batch_norm_relu(
+        x: R.Tensor((1, 16, 8, 8), "float32"), w: R.Tensor((16, 16, 3, 3), "float32"),
+        g: R.Tensor((16,), "float32"), b: R.Tensor((16,), "float32"),
+        m: R.Tensor((16,), "float32"), v: R.Tensor((16,), "float32"),
+    ) -> R.Tensor((1, 16, 8, 8), "float32"):
+        R.func_attr({"Primitive": True})
+        with R.dataflow():
+            a = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
+            bn = R.nn.batch_norm(a, g, b, m, v, axis=1, training=False)
+            y = bn[0]
+            z = R.nn.relu(y)
+            R.output(z)
+        return z
+
+    @R.function
+    def main(x: R.Tensor((1, 16, 8, 8), "float32"), w: R.Tensor((16, 16, 3, 3), "float32"),
+             g: R.Tensor((16,), "float32"), b: R.Tensor((16,), "float32"),
+             m: R.Tensor((16,), "float32"), v: R.Tensor((16,), "float32")):
+        cls = ConvBatchNormReluOneKernel
+        with R.dataflow():
+            z = cls.fused_conv2d_batch_norm_relu(x, w, g, b, m, v)
+            R.output(z)
+        return z
+
+
+def test_batch_norm_joins_the_conv_epilogue():
+    """Stock FuseOps stops at batch_norm (annotated injective for its tuple output); the TIR
+    shows it reads the conv output element for element, so it is an epilogue."""
+    tvm.ir.assert_structural_equal(fuse(ConvBatchNormRelu, "nvidia-h200"), lower(ConvBatchNormReluOneKernel))
+
+
+def test_injective_epilogues_knob_restores_stock_behaviour():
+    after = fuse(ConvBatchNormRelu, "nvidia-h200", injective_epilogues=False)
+    names = sorted(gv.name_hint for gv, f in after.functions.items() if isinstance(f, relax.Function))
+    assert names == ["fused_batch_norm_relu", "main"]
