@@ -1,0 +1,166 @@
+"""Tests for tvm_fusion_hw.bundle and bench/runner.py (CPU only).
+
+An llvm bundle of two micro-graphs is run by the bundle's own run.py under an interpreter that
+cannot import the installed tvm (``python -S`` with only numpy on PYTHONPATH), so the bundle's
+runtime-only copy is what loads. A CUDA bundle is built (no GPU needed) to check its packaging.
+"""
+
+import hashlib
+import importlib.util
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+
+from tvm_fusion_hw import bundle, stock_pipeline, target, toolchain
+from tvm_fusion_hw.errors import FusionHWError
+
+PYVER = f"{sys.version_info.major}.{sys.version_info.minor}"
+MODELS = ["relu_add_mul", "eltwise5"]  # with and without weights
+
+
+def _write(out, **kwargs):
+    try:
+        return bundle.write_bundle(out, progress=False, python_versions=(PYVER,), **kwargs)
+    except FusionHWError as err:
+        if "could not get the apache-tvm-ffi" in str(err):
+            pytest.skip(f"no tvm-ffi wheel (PyPI unreachable?): {err}")
+        raise
+
+
+@pytest.fixture(scope="module")
+def llvm_bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle")
+    manifest = _write(out, models=MODELS, batches=[1], target="llvm")
+    return out, manifest
+
+
+def _isolated_env(tmp_path):
+    """PYTHONPATH with numpy alone (linked), for ``python -S``: no site-packages, so no tvm."""
+    site = tmp_path / "numpy_only"
+    site.mkdir()
+    src = Path(np.__file__).resolve().parent
+    for name in (src.name, src.name + ".libs"):
+        if (src.parent / name).exists():
+            os.symlink(src.parent / name, site / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "TVM_"))}
+    env["PYTHONPATH"] = str(site)
+    return env
+
+
+def _run(bundle_dir, results, env, *extra):
+    cmd = [sys.executable, "-S", str(bundle_dir / "run.py"), "--out", str(results), "--device", "cpu",
+           "--repeat", "3", "--min-repeat-ms", "5", *extra]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_isolated_python_cannot_import_tvm(tmp_path):
+    env = _isolated_env(tmp_path)
+    done = subprocess.run([sys.executable, "-S", "-c", "import numpy\nimport tvm"], env=env,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode != 0 and "No module named 'tvm'" in done.stderr
+
+
+def test_bundle_layout(llvm_bundle):
+    out, manifest = llvm_bundle
+    tvm_dir = out / "tvm_runtime" / "tvm"
+    assert (tvm_dir / "lib" / "libtvm_runtime.so").is_file()
+    assert not (tvm_dir / "lib" / "libtvm_compiler.so").exists()
+    assert not list(tvm_dir.rglob("__pycache__")) and not (tvm_dir / "3rdparty").exists()
+    assert (out / "run.py").is_file() and (out / "builders" / "tvm_fusion_hw" / "models").is_dir()
+    assert [w for w in manifest["runtime"]["wheels"] if f"cp{PYVER.replace('.', '')}" in w]
+    entries = {e["model"]: e for e in manifest["entries"]}
+    assert set(entries) == set(MODELS) and not any("error" in e for e in entries.values())
+    ram = entries["relu_add_mul"]
+    assert [i["name"] for i in ram["inputs"]] == ["input", "skip"]
+    assert [p["name"] for p in ram["params"]] == ["scale"] and entries["eltwise5"]["params"] == []
+    assert {v["name"] for v in ram["variants"]} == {"stock", "hw"}  # no CUDA graphs on llvm
+    assert ram["flops"] > 0 and ram["bytes"] > 0 and ram["roofline_s"] > 0
+    assert json.loads((out / ram["report"]).read_text())["groups"]
+    for variant in ram["variants"]:
+        assert (out / variant["stored"]).is_file() and variant["stored"].endswith(".so.xz")
+
+
+def test_runner_runtime_only(llvm_bundle, tmp_path):
+    out, _ = llvm_bundle
+    results = tmp_path / "results"
+    done = _run(out, results, _isolated_env(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    res = json.loads((results / "results.json").read_text())
+    system = res["system"]
+    assert Path(system["tvm_path"]).resolve() == (out / "tvm_runtime" / "tvm").resolve()
+    assert system["tvm_runtime_only"] and "tvm_compiler" not in system["tvm_libs"]
+    rows = {r["model"]: r for r in res["rows"]}
+    assert set(rows) == set(MODELS)
+    for row in rows.values():
+        assert set(row["times_s"]) >= {"stock", "hw"} and all(t > 0 for t in row["times_s"].values())
+        assert row["accuracy"]["hw"]["ok"] and row["accuracy"]["hw"]["rel_l2"] <= 1e-4
+        assert row["efficiency"]["hw"] > 0
+    assert "seeded random" in rows["relu_add_mul"]["weights"]  # no onnx on the isolated path
+    table = (results / "results.md").read_text()
+    assert "| relu_add_mul | 1 |" in table and "hw/stock" in table
+
+
+def test_runner_rebuilds_exact_weights(llvm_bundle, tmp_path):
+    """With onnx importable, the runner rebuilds the compiled weights bit for bit."""
+    pytest.importorskip("onnx")
+    out, _ = llvm_bundle
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TVM_")}
+    done = subprocess.run([sys.executable, str(out / "run.py"), "--out", str(tmp_path / "r"), "--device",
+                           "cpu", "--models", "relu_add_mul", "--repeat", "2", "--min-repeat-ms", "1"],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads((tmp_path / "r" / "results.json").read_text())["rows"][0]
+    assert "all 1 match the compiled weights" in row["weights"]
+
+
+def test_runner_reports_a_broken_library_and_continues(llvm_bundle, tmp_path):
+    out, manifest = llvm_bundle
+    copy = tmp_path / "bundle"
+    shutil.copytree(out, copy)
+    broken = next(v for e in manifest["entries"] if e["model"] == "eltwise5" for v in e["variants"]
+                  if v["name"] == "hw")
+    with lzma.open(copy / broken["stored"], "wb") as dst:
+        dst.write(b"not a shared library")
+    results = tmp_path / "results"
+    done = _run(copy, results, _isolated_env(tmp_path))
+    assert done.returncode == 1
+    rows = {r["model"]: r for r in json.loads((results / "results.json").read_text())["rows"]}
+    assert "hw" in rows["eltwise5"]["errors"] and "stock" in rows["eltwise5"]["times_s"]
+    assert rows["relu_add_mul"]["accuracy"]["hw"]["ok"]
+    assert "eltwise5 b1 hw:" in (results / "results.md").read_text()
+
+
+def test_unknown_model_is_rejected(tmp_path):
+    with pytest.raises(FusionHWError, match="unknown model 'nope'"):
+        bundle.write_bundle(tmp_path, models=["nope"], progress=False)
+
+
+@pytest.mark.skipif(not toolchain.have_nvcc(), reason="nvcc not installed")
+def test_cuda_bundle_packaging(tmp_path):
+    """A CUDA bundle keeps small compressed libraries and prebuilt binaries the runner finds."""
+    manifest = _write(tmp_path, models=["relu_add_mul"], batches=[1], target="cuda")
+    entry = manifest["entries"][0]
+    assert {v["name"] for v in entry["variants"]} == {"stock", "hw", "stock_graph", "hw_graph"}
+    assert all(v["stored_bytes"] < 100_000 for v in entry["variants"])
+    assert manifest["cubins"]["count"] == len({v["cuda_source_sha256"] for v in entry["variants"]})
+    spec = importlib.util.spec_from_file_location("bundle_runner", tmp_path / "run.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    # Rebuild the stock library's source (codegen is deterministic): the library embeds exactly
+    # this text, which the runtime hands to tvm_callback_cuda_compile, and the bundle has its binary.
+    _, mod, _, _ = bundle.import_model("relu_add_mul", 1)
+    tgt = target("nvidia-h200")
+    code = bundle._cuda_source(tvm.compile(mod, target=tgt, relax_pipeline=stock_pipeline(tgt)))
+    stock = next(v for v in entry["variants"] if v["name"] == "stock")
+    assert hashlib.sha256(code.encode()).hexdigest() == stock["cuda_source_sha256"]
+    assert code.encode() in lzma.open(tmp_path / stock["stored"]).read()
+    compile_cuda, info = runner.make_cuda_compiler("sm_90", "bundle", bundle=tmp_path)
+    assert len(compile_cuda(code)) > 1000 and info["calls"][0].startswith("bundle")

@@ -1,0 +1,479 @@
+"""Runtime-only benchmark bundles: compile here, run on a GPU box that has no TVM.
+
+:func:`write_bundle` compiles each model x batch with TVM's stock pipeline and with the
+hardware-aware one (and, for CUDA, both again with CUDA graphs), exports the libraries, and writes
+everything a bare Python 3.12 + numpy machine needs to run them into one folder:
+
+``manifest.json``
+    One entry per model x batch: inputs, parameters in the order ``main_transform_params`` takes
+    them (with a SHA-256 of each value, so the runner can check that it rebuilt the same weights),
+    FLOPs, bytes and the roofline bound on the profile, compile times, and one variant per library.
+``<model>_b<batch>_<pipeline>[_graph].so[.xz]``
+    The exported libraries. CUDA builds keep CUDA *source* (compiled at load time, by NVRTC or
+    nvcc), which is megabytes of text: stored xz-compressed unless ``compress=False``.
+``<model>_b<batch>_report.json``
+    The hardware-aware fusion report (every decision and group).
+``tvm_runtime/tvm``, ``tvm_runtime/typing_extensions.py``, ``wheels/apache_tvm_ffi-*.whl``
+    The installed ``tvm`` package without ``lib/libtvm_compiler.so`` (and without headers, sources
+    and ``__pycache__``), a pure-Python dependency of tvm-ffi, and the tvm-ffi wheel(s).
+``builders/tvm_fusion_hw/{errors.py,models/*.py}``
+    The ONNX model builders, so the runner rebuilds the exact seeded weights with numpy + onnx.
+``run.py``
+    ``bench/runner.py``: loads, checks and times everything (``python run.py --out DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import lzma
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import version
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import tvm
+import typing_extensions
+from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx
+
+from . import models as model_zoo
+from .errors import FusionHWError
+from .fuse_pass import HardwareAwareFuseOps, last_report
+from .models import build, list_models
+from .pipeline import get_pipeline, stock_pipeline
+from .profile import load_profile
+from .target import target as hw_target
+from .toolchain import nvcc_path
+
+DEFAULT_MODELS = ("mobilenet_v2", "resnet50", "squeezenet1_1", "bert_encoder_layer", "relu_add_mul",
+                  "eltwise5", "conv_relu_pool", "dw_pw", "layernorm_residual")
+DEFAULT_BATCHES = (1, 32)
+PIPELINES = ("stock", "hw")
+#: Top-level folders of the installed tvm package that a runtime never needs.
+_TVM_SKIP_DIRS = {"include", "src", "3rdparty", "web"}
+_TVM_SKIP_FILES = {os.path.join("lib", "libtvm_compiler.so")}
+#: ONNX op -> {input index: role of that initializer} (the runner's fallback weights use roles).
+_ROLES = {"BatchNormalization": {1: "bn_scale", 2: "bn_bias", 3: "bn_mean", 4: "bn_var"},
+          "LayerNormalization": {1: "ln_scale", 2: "ln_bias"}}
+#: Parameters with at most this many elements are written into the manifest verbatim.
+_INLINE_MAX = 16
+_REPO = Path(__file__).resolve().parent.parent
+_WHEEL_CACHE = _REPO / ".whl"
+
+
+class _Progress:
+    """One line per step on stderr, with seconds since the start."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.start = enabled, time.time()
+
+    def __call__(self, msg: str) -> None:
+        if self.enabled:
+            print(f"[{time.time() - self.start:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------- runtime files
+def copy_tvm_runtime(dest: Path) -> Path:
+    """Copy the installed ``tvm`` package to ``dest/tvm`` without the compiler library.
+
+    Also copies ``typing_extensions.py`` (a pure-Python import of tvm-ffi) beside it.
+    """
+    src = Path(tvm.__file__).resolve().parent
+
+    def _ignore(folder: str, names: List[str]) -> List[str]:
+        rel = os.path.relpath(folder, src)
+        skip = [n for n in names if n == "__pycache__"]
+        if rel == ".":
+            skip += [n for n in names if n in _TVM_SKIP_DIRS]
+        skip += [n for n in names if os.path.normpath(os.path.join(rel, n)) in _TVM_SKIP_FILES]
+        return skip
+
+    if (dest / "tvm").exists():
+        shutil.rmtree(dest / "tvm")
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src, dest / "tvm", ignore=_ignore)
+    shutil.copy2(typing_extensions.__file__, dest / "typing_extensions.py")
+    return dest / "tvm"
+
+
+def fetch_tvm_ffi_wheels(dest: Path, python_versions: Sequence[str] = ("3.12",),
+                         cache: Optional[Path] = None) -> List[str]:
+    """Put the apache-tvm-ffi wheel matching the installed version into ``dest``, one per Python.
+
+    Wheels are taken from ``cache`` (default ``<repo>/.whl``) or downloaded there with
+    ``pip download`` first.
+    """
+    ver = version("apache-tvm-ffi")
+    cache = Path(cache) if cache else _WHEEL_CACHE
+    cache.mkdir(parents=True, exist_ok=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    names = []
+    for pyver in python_versions:
+        tag = "cp" + pyver.replace(".", "")
+        pattern = f"apache_tvm_ffi-{ver}-{tag}-*.whl"
+        found = sorted(cache.glob(pattern))
+        if not found:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                   "--python-version", pyver, "--implementation", "cp",
+                   "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+                   "-d", str(cache), f"apache-tvm-ffi=={ver}"]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            found = sorted(cache.glob(pattern))
+            if not found:
+                tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise FusionHWError(f"could not get the apache-tvm-ffi {ver} wheel for Python "
+                                    f"{pyver} into {cache}: {tail[0]}")
+        shutil.copy2(found[-1], dest / found[-1].name)
+        names.append(found[-1].name)
+    return names
+
+
+def copy_builders(dest: Path) -> Path:
+    """Copy the model builders and ``errors.py`` as a minimal ``tvm_fusion_hw`` package."""
+    pkg = dest / "tvm_fusion_hw"
+    if pkg.exists():
+        shutil.rmtree(pkg)
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('"""Model builders only (copied by tvm_fusion_hw.bundle)."""\n')
+    shutil.copy2(Path(__file__).with_name("errors.py"), pkg / "errors.py")
+    for src in Path(model_zoo.__file__).parent.glob("*.py"):
+        shutil.copy2(src, pkg / "models" / src.name)
+    return pkg
+
+
+def runner_source() -> Path:
+    """Path of ``bench/runner.py`` (the bundle's ``run.py``)."""
+    path = _REPO / "bench" / "runner.py"
+    if not path.is_file():
+        raise FusionHWError(f"{path} not found: write bundles from a source checkout of tvm_fusion_hw")
+    return path
+
+
+# ---------------------------------------------------------------------------- model facts
+def _tensor_spec(var) -> Dict[str, object]:
+    """Name, static shape and dtype of a Relax parameter."""
+    ty = var.ty
+    return {"name": var.name, "shape": [int(d) for d in ty.shape], "dtype": str(ty.dtype)}
+
+
+def _param_roles(model) -> Dict[str, str]:
+    """Initializer name -> role (``bn_var``, ``ln_scale``, ...) for normalization inputs."""
+    roles = {}
+    for node in model.graph.node:
+        for idx, name in enumerate(node.input):
+            role = _ROLES.get(node.op_type, {}).get(idx)
+            if role:
+                roles[name] = role
+    return roles
+
+
+def _main_costs(mod, target, profile):
+    """FLOPs and compulsory bytes of ``main`` alone (weight transforms excluded), hw grouping."""
+    main_only = mod.clone()
+    if "main_transform_params" in [g.name_hint for g in main_only.get_global_vars()]:
+        del main_only["main_transform_params"]
+    fuse = HardwareAwareFuseOps(profile)
+    with target:
+        tvm.transform.Sequential([relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+                                  relax.transform.FoldConstant(), fuse])(main_only)
+    groups = fuse.report.groups
+    return sum(g.flops for g in groups), sum(g.compulsory_bytes for g in groups), len(groups)
+
+
+def _make_target(kind: str, profile: str):
+    """The profile's CUDA target, or a plain llvm target (the profile then steers fusion only)."""
+    if kind == "cuda":
+        return hw_target(profile)
+    if kind == "llvm":
+        return tvm.target.Target({"kind": "llvm"})
+    raise FusionHWError(f"bundle target must be one of cuda, llvm; got {kind!r}")
+
+
+def _pipeline(name: str, tgt, profile: str):
+    """``stock``: TVM's default pipeline; ``hw``: the same with HardwareAwareFuseOps."""
+    if name == "stock":
+        return stock_pipeline(tgt)
+    if name == "hw":
+        return get_pipeline(tgt, profile=profile)
+    raise FusionHWError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
+
+
+def _load_runner():
+    """``bench/runner.py`` as a module (its CUDA compile function and cache key are reused here)."""
+    spec = importlib.util.spec_from_file_location("tvm_fusion_hw_bench_runner", runner_source())
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cuda_source(ex) -> Optional[str]:
+    """The CUDA source a built executable carries (what the runtime hands to the compile callback)."""
+    stack = [ex.mod]
+    while stack:
+        mod = stack.pop()
+        if mod.kind == "cuda":
+            return str(mod.inspect_source(""))
+        stack.extend(mod.imports)
+    return None
+
+
+def precompile_cuda(out: Path, sources: Dict[str, str], arch: str, log,
+                    jobs: Optional[int] = None) -> Dict[str, object]:
+    """Compile every distinct CUDA source with nvcc (TVM's flags) into ``out/cubin/<key>.bin.xz``.
+
+    The runner uses these instead of compiling on the GPU box when the device's arch matches.
+    """
+    if nvcc_path() is None:
+        log("no nvcc here: the runner will compile CUDA on the GPU box")
+        return {}
+    runner = _load_runner()
+    compile_cuda, _ = runner.make_cuda_compiler(arch, "nvcc")
+    (out / "cubin").mkdir(exist_ok=True)
+
+    failed: List[str] = []
+
+    def _one(code: str) -> int:
+        key = runner.source_key(arch, code)
+        dest = out / "cubin" / f"{key}.bin.xz"
+        try:
+            data = bytes(compile_cuda(code))
+        except RuntimeError as err:  # the runner compiles this one on the GPU box instead
+            failed.append(f"{key[:12]}: {str(err)[-300:]}")
+            return 0
+        with lzma.open(dest, "wb", preset=6) as dst:
+            dst.write(data)
+        return dest.stat().st_size
+
+    start = time.time()
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
+        sizes = [size for size in pool.map(_one, sources.values()) if size]
+    log(f"precompiled {len(sizes)} CUDA sources for {arch} with nvcc in {time.time() - start:.1f}s "
+        f"({sum(sizes) / 2**20:.1f} MiB)" + (f"; {len(failed)} failed: {failed[0]}" if failed else ""))
+    nvcc_version = subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True,
+                                  check=False).stdout.strip().splitlines()
+    return {"arch": arch, "count": len(sizes), "failed": failed, "compiler": (nvcc_version or [""])[-1],
+            "seconds": round(time.time() - start, 1)}
+
+
+def _export(ex, out: Path, stem: str, compress: bool) -> Dict[str, object]:
+    """Export one executable as ``stem.so`` (or ``stem.so.xz``); return the manifest variant."""
+    lib = out / f"{stem}.so"
+    ex.export_library(str(lib))
+    size = lib.stat().st_size
+    stored = lib.name
+    if compress:
+        stored = lib.name + ".xz"
+        with open(lib, "rb") as src, lzma.open(out / stored, "wb", preset=6) as dst:
+            shutil.copyfileobj(src, dst)
+        lib.unlink()
+    return {"file": lib.name, "stored": stored, "so_bytes": size,
+            "stored_bytes": (out / stored).stat().st_size}
+
+
+def import_model(name: str, batch: int, seed: int = 0):
+    """Build, import (weights as inputs), detach and lift one model.
+
+    Returns ``(onnx_model, lifted_module, main_params_before_lifting, weight_values)``: the
+    first ``num_input`` parameters are the inputs, the rest the weights, in the order of
+    ``weight_values`` and of ``main_transform_params``' tuple.
+    """
+    model = build(name, batch=batch, seed=seed)
+    mod = from_onnx(model, keep_params_in_input=True)
+    num_input = int(mod["main"].attrs["num_input"])
+    fparams = list(mod["main"].params)
+    mod, values = relax.frontend.detach_params(mod)
+    values = list(values.get("main", []))
+    if len(fparams) - len(values) != num_input:
+        raise FusionHWError(f"{name}: {len(fparams)} parameters, {len(values)} weights, "
+                            f"num_input {num_input}")
+    return model, relax.transform.LiftTransformParams()(mod), fparams, values
+
+
+def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cuda_graph: bool,
+                  compress: bool, log, sources: Optional[Dict[str, str]] = None) -> Dict[str, object]:
+    """Import, lift, compile and export one model x batch; return its manifest entry.
+
+    CUDA sources of the built libraries are added to ``sources`` (SHA-256 -> source).
+    """
+    model, mod, fparams, values = import_model(name, batch)
+    num_input = len(fparams) - len(values)
+    roles = _param_roles(model)
+    params = []
+    for var, val in zip(fparams[num_input:], values):
+        arr = val.numpy()
+        spec = {**_tensor_spec(var), "role": roles.get(var.name, ""),
+                "sha256": hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()}
+        if arr.size <= _INLINE_MAX:
+            spec["value"] = arr.reshape(-1).tolist()
+        params.append(spec)
+    out_vars = [o.name for o in model.graph.output]
+    entry = {"model": name, "batch": batch, "seed": 0, "input_seed": 0,
+             "inputs": [_tensor_spec(v) for v in fparams[:num_input]],
+             "params": params, "outputs": out_vars,
+             "positive_params": [p["name"] for p in params if p["role"] == "bn_var"],
+             "compile_s": {}, "variants": []}
+    graph_opts = [False, True] if cuda_graph and tgt.kind.name == "cuda" else [False]
+    for use_graph in graph_opts:
+        for pipe in pipelines:
+            key = pipe + ("_graph" if use_graph else "")
+            stem = f"{name}_b{batch}_{key}"
+            start = time.time()
+            with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": use_graph}):
+                ex = tvm.compile(mod, target=tgt, relax_pipeline=_pipeline(pipe, tgt, profile))
+            entry["compile_s"][key] = round(time.time() - start, 3)
+            if pipe == "hw" and not use_graph:
+                report = last_report()
+                (out / f"{name}_b{batch}_report.json").write_text(report.to_json())
+                entry["report"] = f"{name}_b{batch}_report.json"
+            variant = {"name": key, "pipeline": pipe, "cuda_graph": use_graph,
+                       **_export(ex, out, stem, compress)}
+            code = _cuda_source(ex) if sources is not None else None
+            if code is not None:
+                variant["cuda_source_sha256"] = hashlib.sha256(code.encode()).hexdigest()
+                sources[variant["cuda_source_sha256"]] = code
+            entry["variants"].append(variant)
+            log(f"{name} b{batch}: {key} compiled in {entry['compile_s'][key]:.1f}s, "
+                f"{variant['so_bytes'] / 1e6:.2f} MB (stored {variant['stored_bytes'] / 1e6:.2f} MB)")
+    flops, nbytes, ngroups = _main_costs(mod, tgt, profile)
+    entry.update(flops=flops, bytes=nbytes, hw_groups=ngroups)
+    return entry
+
+
+def _roofline(entry: Dict[str, object], prof) -> None:
+    """Add the roofline lower bound (seconds) on the profile to ``entry``."""
+    entry["roofline_s"] = max(entry["flops"] / prof.peak_fp32_flop_per_s,
+                              entry["bytes"] / prof.dram_bytes_per_s)
+
+
+def _dir_bytes(path: Path) -> int:
+    """Total size of the files under ``path``."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def write_bundle(out_dir, models: Sequence[str] = DEFAULT_MODELS,
+                 batches: Sequence[int] = DEFAULT_BATCHES, profile: str = "nvidia-h200",
+                 pipelines: Sequence[str] = PIPELINES, cuda_graph: bool = True,
+                 progress: bool = True, target: str = "cuda",
+                 python_versions: Sequence[str] = ("3.12",), compress: bool = True,
+                 precompile: bool = True, wheel_cache=None) -> Dict[str, object]:
+    """Compile ``models`` x ``batches`` and write a runtime-only bundle to ``out_dir``.
+
+    Parameters
+    ----------
+    out_dir : str or Path
+        Folder to write (created; files of an earlier bundle there are overwritten).
+    models, batches : sequences
+        What to compile (names from :func:`tvm_fusion_hw.models.list_models`).
+    profile : str
+        Hardware profile: the CUDA target for ``target="cuda"``; for ``"llvm"`` only the
+        fusion decisions (and the roofline figures) come from it.
+    pipelines : sequence of str
+        ``"stock"`` (TVM's default) and/or ``"hw"`` (:func:`tvm_fusion_hw.get_pipeline`).
+    cuda_graph : bool
+        Also build every pipeline with ``relax.backend.use_cuda_graph`` (CUDA targets only).
+    target : str
+        ``"cuda"`` (for the GPU box) or ``"llvm"`` (to test the runner on this machine).
+    python_versions : sequence of str
+        Python versions to carry a tvm-ffi wheel for (the runner's interpreter must match one).
+    compress : bool
+        Store libraries as ``.so.xz`` (the runner unpacks them).
+    precompile : bool
+        For CUDA, also compile each distinct CUDA source with nvcc here (``cubin/``), so the GPU
+        box needs no NVRTC/nvcc time (the runner falls back to compiling if the arch differs).
+
+    Returns
+    -------
+    manifest : dict
+        What was written to ``manifest.json``. A model that fails to compile gets an entry with
+        ``"error"`` and the others continue.
+    """
+    unknown = [m for m in models if m not in list_models()]
+    if unknown:
+        raise FusionHWError(f"unknown model {unknown[0]!r}; known models: {', '.join(list_models())}")
+    bad = [p for p in pipelines if p not in PIPELINES]
+    if bad:
+        raise FusionHWError(f"unknown pipeline {bad[0]!r}; known: {', '.join(PIPELINES)}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in [*out.glob("*.so"), *out.glob("*.so.xz"), *out.glob("*_report.json"), *out.glob("cubin/*")]:
+        stale.unlink()  # an earlier bundle's libraries: the new manifest would not name them
+    log = _Progress(progress)
+    prof = load_profile(profile)
+    tgt = _make_target(target, profile)
+    copy_tvm_runtime(out / "tvm_runtime")
+    wheels = fetch_tvm_ffi_wheels(out / "wheels", python_versions, wheel_cache)
+    copy_builders(out / "builders")
+    shutil.copy2(runner_source(), out / "run.py")
+    log(f"runtime files written to {out} ({_dir_bytes(out) / 2**20:.1f} MiB)")
+    manifest = {
+        "format": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tvm_version": tvm.__version__,
+        "host": f"{platform.node()} {platform.machine()} Python {platform.python_version()}",
+        "profile": prof.name, "target_kind": target, "target": str(tgt),
+        "peak_fp32_flop_per_s": prof.peak_fp32_flop_per_s, "dram_bytes_per_s": prof.dram_bytes_per_s,
+        "runtime": {"tvm": "tvm_runtime", "wheels": [f"wheels/{w}" for w in wheels],
+                    "builders": "builders"},
+        "entries": [],
+    }
+    sources: Dict[str, str] = {}
+    for name in models:
+        for batch in batches:
+            log(f"{name} b{batch}: compiling")
+            try:
+                entry = compile_entry(out, name, int(batch), tgt, profile, pipelines, cuda_graph,
+                                      compress, log, sources)
+                _roofline(entry, prof)
+            except Exception as err:  # pylint: disable=broad-except
+                entry = {"model": name, "batch": int(batch), "error": f"{type(err).__name__}: {err}"}
+                log(f"{name} b{batch}: FAILED {entry['error'][:300]}")
+            manifest["entries"].append(entry)
+            (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    if precompile and target == "cuda" and sources:
+        manifest["cubins"] = precompile_cuda(out, sources, str(tgt.attrs["arch"]), log)
+    manifest["bundle_bytes"] = _dir_bytes(out)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    log(f"bundle complete: {out} {manifest['bundle_bytes'] / 2**20:.1f} MiB")
+    return manifest
+
+
+def bundle_main(argv: Optional[Sequence[str]] = None) -> int:
+    """``tvm-fusion-hw bundle``: write a runtime-only benchmark bundle (see :func:`write_bundle`)."""
+    parser = argparse.ArgumentParser(
+        prog="tvm-fusion-hw bundle", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Compile models with the stock and hardware-aware pipelines and write a "
+                    "runtime-only bundle; run it with '<out>/run.py --out DIR' where TVM is absent.")
+    parser.add_argument("--out", default=str(_REPO / ".bundle"), help="output folder")
+    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), help="model names")
+    parser.add_argument("--batches", nargs="+", type=int, default=list(DEFAULT_BATCHES), help="batch sizes")
+    parser.add_argument("--profile", default="nvidia-h200", help="hardware profile name")
+    parser.add_argument("--target", choices=("cuda", "llvm"), default="cuda",
+                        help="llvm: a CPU bundle (profile used for fusion decisions only)")
+    parser.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph variants")
+    parser.add_argument("--python", nargs="+", default=["3.12"], dest="python_versions",
+                        help="Python versions of the runner's interpreter (tvm-ffi wheels)")
+    parser.add_argument("--no-compress", action="store_true", help="store plain .so files")
+    parser.add_argument("--no-precompile", action="store_true",
+                        help="do not build CUDA binaries here (the GPU box compiles them)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = parser.parse_args(argv)
+    manifest = write_bundle(args.out, args.models, args.batches, profile=args.profile,
+                            cuda_graph=not args.no_graph, progress=not args.quiet,
+                            target=args.target, python_versions=args.python_versions,
+                            compress=not args.no_compress, precompile=not args.no_precompile)
+    failed = [f"{e['model']} b{e['batch']}" for e in manifest["entries"] if "error" in e]
+    print(f"{args.out}: {len(manifest['entries'])} entries, {manifest['bundle_bytes'] / 2**20:.1f} MiB"
+          + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(bundle_main())
