@@ -21,7 +21,12 @@ def lower(mod):
     )(mod)
 
 
+#: Treat both complex pairs as templated, so these tests check the hardware rules alone.
+BOTH_PAIRS = ("conv->window", "depthwise_conv->pointwise_conv")
+
+
 def fuse(mod, profile, **knobs):
+    knobs.setdefault("pair_templates", BOTH_PAIRS)
     return hw.HardwareAwareFuseOps(profile, **knobs)(lower(mod))
 
 
@@ -99,6 +104,15 @@ def test_conv_pool_staged_on_rtx_3060():
 def test_complex_pairs_knob_turns_the_pair_off():
     after = fuse(ConvReluPool, "nvidia-h200", fuse_complex_pairs=False)
     tvm.ir.assert_structural_equal(after, lower(ConvReluPoolStaged))
+
+
+def test_pair_without_a_template_stays_apart():
+    """Without a template dlight would stage the pair through global memory: no gain."""
+    pass_ = hw.HardwareAwareFuseOps("nvidia-h200", pair_templates=())
+    after = pass_(lower(ConvReluPool))
+    tvm.ir.assert_structural_equal(after, lower(ConvReluPoolStaged))
+    (decision,) = pass_.report.find("complex-pair")
+    assert "would fit and keep occupancy" in decision.reason and "no schedule template" in decision.reason
 
 
 # ---- element-wise chain with a diamond --------------------------------------------------------

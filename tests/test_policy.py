@@ -7,9 +7,19 @@ from tvm_fusion_hw.occupancy import register_budget
 from tvm_fusion_hw.policy import FusionPolicy, PolicyConfig
 
 
-def report_for(runner, model, profile):
-    runner.outputs(model, profile)
-    return runner.reports[(model, 1, profile)]
+BOTH_PAIRS = ("conv->window", "depthwise_conv->pointwise_conv")
+
+
+def report_for(runner, model, profile, **knobs):
+    """The decisions on ``profile``; complex pairs count as templated unless a knob says not."""
+    import tvm
+    from tvm_fusion_hw.pipeline import fused_module
+
+    knobs.setdefault("pair_templates", BOTH_PAIRS)
+    fuse = hw.HardwareAwareFuseOps(profile, **knobs)
+    mod, _, _ = runner.module(model)
+    fused_module(mod, tvm.target.Target({"kind": "llvm"}), fuse)
+    return fuse.report
 
 
 def complex_pairs(report):

@@ -34,17 +34,38 @@ def _backend(target: tvm.target.Target):
     return BACKENDS[kind]
 
 
-def _swap_fuse_ops(passes: List[tvm.transform.Pass], fuse: tvm.transform.Pass) -> List[tvm.transform.Pass]:
+def _swap(passes: List[tvm.transform.Pass], name: str, new: tvm.transform.Pass) -> List[tvm.transform.Pass]:
     names = [p.info.name for p in passes]
-    if names.count("FuseOps") != 1:
-        raise FusionHWError(f"expected one FuseOps in TVM's pipeline, found {names.count('FuseOps')}")
-    return [fuse if p.info.name == "FuseOps" else p for p in passes]
+    if names.count(name) != 1:
+        raise FusionHWError(f"expected one {name} in TVM's pipeline, found {names.count(name)}")
+    return [new if p.info.name == name else p for p in passes]
+
+
+def _swap_fuse_ops(passes: List[tvm.transform.Pass], fuse: tvm.transform.Pass) -> List[tvm.transform.Pass]:
+    return _swap(passes, "FuseOps", fuse)
+
+
+def schedule_pass() -> tvm.transform.Pass:
+    """dlight's default GPU schedule with this plugin's templates tried first."""
+    from tvm.s_tir import dlight as dl  # pylint: disable=import-outside-toplevel
+
+    from .schedules import default_rules  # pylint: disable=import-outside-toplevel
+
+    return dl.ApplyDefaultSchedule(
+        *default_rules(),
+        dl.gpu.Matmul(),
+        dl.gpu.GEMV(),
+        dl.gpu.Reduction(),
+        dl.gpu.GeneralReduction(),
+        dl.gpu.Fallback(),
+    )
 
 
 def get_pipeline(
     target: tvm.target.Target,
     profile: Union[HardwareProfile, str, None] = None,
     fuse_pass: Optional[HardwareAwareFuseOps] = None,
+    schedules: bool = True,
     **knobs,
 ) -> tvm.transform.Pass:
     """TVM's default pipeline for ``target`` with hardware-aware fusion in place of FuseOps.
@@ -59,6 +80,10 @@ def get_pipeline(
         llvm target builds the GPU's fusion decisions for the CPU (how the tests check numerics).
     fuse_pass : HardwareAwareFuseOps, optional
         A pass instance to use (and read ``.report`` from afterwards); made from ``knobs`` if omitted.
+    schedules : bool
+        Try the plugin's schedule templates (``tvm_fusion_hw.schedules``) before dlight's rules on
+        GPU targets. False keeps dlight's default schedule: then fusion is the only difference
+        from :func:`stock_pipeline`.
     **knobs
         Keywords of :class:`tvm_fusion_hw.PolicyConfig`, passed to the fusion pass.
     """
@@ -68,12 +93,16 @@ def get_pipeline(
     elif knobs:
         raise FusionHWError("give either fuse_pass or knobs, not both")
 
+    legalize = _swap_fuse_ops(passes.legalize_passes(target), fuse_pass)
+    if schedules and target.kind.name in ("cuda", "rocm"):
+        legalize = _swap(legalize, "ApplyDefaultSchedule", schedule_pass())
+
     @tvm.transform.module_pass(opt_level=0, name="HardwareAwarePipeline")
     def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         with target:
             seq = tvm.transform.Sequential(
                 passes.library_dispatch_passes(target)
-                + _swap_fuse_ops(passes.legalize_passes(target), fuse_pass)
+                + legalize
                 + passes.dataflow_lower_passes(target)
                 + passes.finalize_passes(target)
             )

@@ -20,7 +20,7 @@ tile constants are the templates' own, so the two stay designed together.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .analysis import (
     CONTRACTIONS,
@@ -64,6 +64,9 @@ class PolicyConfig:  # pylint: disable=too-many-instance-attributes
     contraction_stage_bytes: int = 8192
     #: fuse complex pairs (conv+pool, depthwise+pointwise) at all
     fuse_complex_pairs: bool = True
+    #: the complex pairs ("conv->window", "depthwise_conv->pointwise_conv") a schedule template
+    #: runs as one kernel; None: those tvm_fusion_hw.schedules has. Other pairs stay apart.
+    pair_templates: Optional[Tuple[str, ...]] = None
     #: let an epilogue take ops TVM annotates injective when the TIR shows them element-wise in
     #: the epilogue's value (inference batch_norm); stock FuseOps stops at them
     injective_epilogues: bool = True
@@ -200,7 +203,9 @@ class FusionPolicy:
         tile_bytes = self._intermediate_tile_bytes(first, second)
         if tile_bytes is None:
             return Decision("complex-pair", producer.label, consumer.label, False,
-                            f"{pair}: no fused template keeps this intermediate on chip", figures)
+                            f"{pair}: no tile model keeps this intermediate on chip", figures)
+        templates = self.pair_templates()
+        pair_key = f"{first.kind}->{'window' if second.kind == WINDOW_REDUCE else second.kind}"
         fused_smem = tile_bytes + self._stage_bytes(producer.infos + consumer.infos)
         fused_regs = self.estimate_registers(merged.infos)
         fused = occupancy(p, cfg.block_threads, fused_regs, fused_smem)
@@ -226,12 +231,25 @@ class FusionPolicy:
             return Decision("complex-pair", producer.label, consumer.label, False,
                             f"{pair}: occupancy {baseline} -> {fused} drops {drop:.0%} "
                             f"> {cfg.max_occupancy_drop:.0%}", figures)
+        if pair_key not in templates:
+            return Decision("complex-pair", producer.label, consumer.label, False,
+                            f"{pair}: the {tile_bytes / 1024:.1f} KiB tile would fit and keep occupancy, "
+                            f"but no schedule template runs {pair_key} as one kernel yet "
+                            f"(dlight would stage it through global memory)", figures)
         return Decision("complex-pair", producer.label, consumer.label, True,
                         f"{pair}: {tile_bytes / 1024:.1f} KiB tile in shared memory saves "
                         f"{merged.cost.saved_bytes / 1e6:.2f} MB; occupancy {baseline.occupancy:.0%} -> "
                         f"{fused.occupancy:.0%} (limit {cfg.max_occupancy_drop:.0%} drop)", figures)
 
     # ---- complex-pair helpers --------------------------------------------------------------
+    def pair_templates(self) -> Tuple[str, ...]:
+        """Complex pairs a schedule template runs as one kernel (the knob, or the package's)."""
+        if self.config.pair_templates is not None:
+            return tuple(self.config.pair_templates)
+        from tvm_fusion_hw.schedules import FUSED_PAIR_TEMPLATES  # pylint: disable=import-outside-toplevel
+
+        return tuple(FUSED_PAIR_TEMPLATES)
+
     def _tile_pixels(self) -> int:
         return self.config.tile_warps * self.profile.warp_size
 

@@ -14,6 +14,9 @@ import tvm
 from .errors import FusionHWError
 from .profile import HardwareProfile, known_profiles, load_profile, registered_profile
 
+#: tvm/src/target/llvm/codegen_amdgpu.cc: the work-group size limit assumed with no GPU to query
+ROCM_CODEGEN_MAX_THREADS = 256
+
 
 def target(name: Union[str, HardwareProfile], host: Union[str, dict, None] = None) -> tvm.target.Target:
     """A TVM Target for a shipped profile name (or a profile), carrying that profile.
@@ -34,6 +37,12 @@ def target(name: Union[str, HardwareProfile], host: Union[str, dict, None] = Non
         max_num_threads=profile.max_threads_per_block,
         thread_warp_size=profile.warp_size,
     )
+    if profile.tvm_kind == "rocm":
+        # Without an AMD GPU present, TVM's AMDGPU codegen compiles every kernel for at most 256
+        # work-items ("Cannot get maximum number of threads for AMD codegen"): schedules must not
+        # launch more, whatever the hardware allows.
+        config["max_threads_per_block"] = config["max_num_threads"] = min(
+            profile.max_threads_per_block, ROCM_CODEGEN_MAX_THREADS)
     if profile.tvm_kind == "cuda":  # the rocm target kind has no such options
         config["registers_per_block"] = profile.registers_per_multiprocessor
         config["l2_cache_size_bytes"] = profile.l2_cache_bytes
