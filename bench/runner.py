@@ -443,6 +443,31 @@ def write_plot(results, path):
     return ""
 
 
+def bench_isolated(entry, argv, out):
+    """One model x batch in a child process, so a crash (a segfault, a sticky CUDA error) costs
+    that row only; the child's log lines are passed through."""
+    keep, skip = [], False
+    for arg in argv:  # drop the parent's selection and output folder
+        if skip and not arg.startswith("--"):
+            continue
+        skip = arg in ("--models", "--batches", "--out")
+        if not skip and arg != "--isolate":
+            keep.append(arg)
+    sub = out / "rows" / f"{entry['model']}_b{entry['batch']}"
+    # The interpreter's own flags (-S, -I, ...) carry over, so the child sees the same packages.
+    flags = sys.orig_argv[1:next((i for i, a in enumerate(sys.orig_argv) if a.endswith(".py")), 1)]
+    cmd = [sys.executable, *flags, str(Path(__file__).resolve()), *keep, "--no-isolate", "--out", str(sub),
+           "--models", entry["model"], "--batches", str(entry["batch"])]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    sys.stdout.write(done.stdout)
+    try:
+        return json.loads((sub / "results.json").read_text())["rows"][0]
+    except (OSError, ValueError, IndexError, KeyError):
+        tail = " | ".join(line for line in done.stdout.splitlines()[-6:] if line.strip())
+        return {"model": entry["model"], "batch": entry["batch"],
+                "error": f"child exited with {done.returncode}: {tail[-600:]}"}
+
+
 def main(argv=None):
     """Parse arguments, run every selected entry, write results.{json,md,png}."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -461,6 +486,9 @@ def main(argv=None):
     ap.add_argument("--cuda-compiler", choices=("auto", "bundle", "nvrtc", "nvcc"), default="auto",
                     help="auto: the bundle's prebuilt binaries, else NVRTC, else nvcc")
     ap.add_argument("--time-budget", type=float, help="seconds: start no new model x batch after this")
+    ap.add_argument("--isolate", dest="isolate", action="store_true", default=True,
+                    help="run each model x batch in a child process (default)")
+    ap.add_argument("--no-isolate", dest="isolate", action="store_false")
     args = ap.parse_args(argv)
     bundle, out = Path(args.bundle).resolve(), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -487,6 +515,8 @@ def main(argv=None):
             row = {"model": entry["model"], "batch": entry["batch"], "error": "compile: " + entry["error"]}
         elif args.time_budget and time.time() - start > args.time_budget:
             row = {"model": entry["model"], "batch": entry["batch"], "error": "skipped: --time-budget spent"}
+        elif args.isolate:
+            row = bench_isolated(entry, argv if argv is not None else sys.argv[1:], out)
         else:
             try:
                 row = bench_entry(tvm, bundle, entry, dev, args, tmp)

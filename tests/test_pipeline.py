@@ -41,15 +41,51 @@ def test_other_profiles_match_stock_numerics(runner, model, profile):
     assert_same_outputs(runner.outputs(model, profile), runner.outputs(model, None))
 
 
-def test_pipeline_differs_from_stock_only_in_fusion():
-    """Same passes as TVM's CUDA pipeline, in the same order, with FuseOps swapped."""
+def test_pipeline_differs_from_stock_only_in_fusion_and_schedules():
+    """Same passes as TVM's CUDA pipeline, in the same order: FuseOps swapped, dead blocks
+    dropped after FuseTIR, and the schedule with the plugin's templates first."""
     from tvm.relax.backend.cuda import pipeline as cuda
 
     target = hw.target("nvidia-h200")
     stock = [p.info.name for p in cuda.legalize_passes(target)]
     fuse = hw.HardwareAwareFuseOps(target)
-    ours = [p.info.name for p in hw.pipeline._swap_fuse_ops(cuda.legalize_passes(target), fuse)]
-    assert [n if n != "FuseOps" else "HardwareAwareFuseOps" for n in stock] == ours
+    for schedules in (True, False):
+        ours = [p.info.name for p in hw.pipeline.legalize_passes(target, fuse, schedules)]
+        expected = []
+        for name in stock:
+            expected.append("HardwareAwareFuseOps" if name == "FuseOps" else name)
+            if name == "FuseTIR":
+                expected.append("EliminateDeadBlocks")
+        assert ours == expected
+
+
+def top_level_host_loops(mod):
+    """(function, loop) pairs of GPU PrimFuncs whose top-level loops no thread binds: such
+    loops run on the host over device memory."""
+    import re
+
+    found = []
+    for gvar, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            for line in func.script().splitlines():
+                if re.match(r"^    for ", line) and "thread_binding" not in line:
+                    found.append((gvar.name_hint, line.strip()))
+    return found
+
+
+@pytest.mark.parametrize("profile", ["nvidia-h200", "amd-mi300x"])
+@pytest.mark.parametrize("model", FULL + MICRO)
+def test_every_scheduled_loop_runs_on_the_gpu(runner, model, profile):
+    """The bug this guards: dlight left batch_norm's dead outputs in fused epilogues as host loops,
+    which built fine and segfaulted on the H200."""
+    from tvm_fusion_hw.pipeline import fused_module, schedule_pass
+
+    target = hw.target(profile)
+    mod, _, _ = runner.module(model)
+    fused = fused_module(relax.transform.LiftTransformParams()(mod), target, hw.HardwareAwareFuseOps(target))
+    with target:
+        scheduled = schedule_pass()(fused)
+    assert top_level_host_loops(scheduled) == []
 
 
 ARCHS = {

@@ -16,6 +16,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 from tvm.relax.backend.cuda import pipeline as cuda_pipeline
 from tvm.relax.backend.rocm import pipeline as rocm_pipeline
 
+from .dead_blocks import EliminateDeadBlocks
 from .errors import FusionHWError
 from .fuse_pass import HardwareAwareFuseOps
 from .profile import HardwareProfile
@@ -61,6 +62,18 @@ def schedule_pass() -> tvm.transform.Pass:
     )
 
 
+def legalize_passes(target: tvm.target.Target, fuse_pass: tvm.transform.Pass, schedules: bool = True):
+    """TVM's legalization passes for ``target`` with the plugin's fusion (and schedules) in them."""
+    legalize = _swap_fuse_ops(_backend(target).legalize_passes(target), fuse_pass)
+    # Fused epilogues can carry dead outputs (batch_norm's running statistics): drop them before
+    # scheduling, or dlight leaves them as host loops over device memory.
+    fuse_tir = [p.info.name for p in legalize].index("FuseTIR")
+    legalize.insert(fuse_tir + 1, EliminateDeadBlocks())
+    if schedules and target.kind.name in ("cuda", "rocm"):
+        legalize = _swap(legalize, "ApplyDefaultSchedule", schedule_pass())
+    return legalize
+
+
 def get_pipeline(
     target: tvm.target.Target,
     profile: Union[HardwareProfile, str, None] = None,
@@ -82,8 +95,9 @@ def get_pipeline(
         A pass instance to use (and read ``.report`` from afterwards); made from ``knobs`` if omitted.
     schedules : bool
         Try the plugin's schedule templates (``tvm_fusion_hw.schedules``) before dlight's rules on
-        GPU targets. False keeps dlight's default schedule: then fusion is the only difference
-        from :func:`stock_pipeline`.
+        GPU targets. False keeps dlight's default schedule: then fusion (and removing the dead
+        blocks it can leave, see :mod:`.dead_blocks`) is the only difference from
+        :func:`stock_pipeline`.
     **knobs
         Keywords of :class:`tvm_fusion_hw.PolicyConfig`, passed to the fusion pass.
     """
@@ -93,9 +107,7 @@ def get_pipeline(
     elif knobs:
         raise FusionHWError("give either fuse_pass or knobs, not both")
 
-    legalize = _swap_fuse_ops(passes.legalize_passes(target), fuse_pass)
-    if schedules and target.kind.name in ("cuda", "rocm"):
-        legalize = _swap(legalize, "ApplyDefaultSchedule", schedule_pass())
+    legalize = legalize_passes(target, fuse_pass, schedules)
 
     @tvm.transform.module_pass(opt_level=0, name="HardwareAwarePipeline")
     def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
@@ -125,15 +137,17 @@ def fused_module(
     The legalization prefix of TVM's pipeline (LegalizeOps, AnnotateTIROpPattern, FoldConstant),
     then ``fuse_pass`` (stock FuseOps when omitted), then FuseTIR.
     """
-    fuse = fuse_pass if fuse_pass is not None else relax.transform.FuseOps()
+    passes = [
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        fuse_pass if fuse_pass is not None else relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
+    if fuse_pass is not None:
+        passes.append(EliminateDeadBlocks())  # as get_pipeline does after FuseTIR
     with target:
-        return tvm.transform.Sequential([
-            relax.transform.LegalizeOps(),
-            relax.transform.AnnotateTIROpPattern(),
-            relax.transform.FoldConstant(),
-            fuse,
-            relax.transform.FuseTIR(),
-        ])(mod)
+        return tvm.transform.Sequential(passes)(mod)
 
 
 def kernel_names(fused: tvm.IRModule) -> List[str]:
