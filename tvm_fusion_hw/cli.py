@@ -2,7 +2,9 @@
 
 ``tvm-fusion-hw compile mobilenet_v2 --profile nvidia-h200`` imports the model (a zoo name or an
 ONNX file), compiles it with the hardware-aware pipeline, and prints every fusion decision with its
-reason and the resulting groups. Bad input ends with one line on stderr and exit status 2.
+reason and the resulting groups; ``--feedback`` measures the kernels and splits the fused groups
+that spill or lose occupancy (:mod:`.feedback`), and prints the splits. Bad input ends with one
+line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -54,14 +56,22 @@ def cmd_compile(args: argparse.Namespace) -> int:
     progress = Progress(total=3 if args.compare_stock else 2, enabled=not args.quiet)
     with progress.stage(f"import {args.model} (batch {args.batch})"):
         mod = _load_module(args.model, args.batch)
-    fuse = fuse_pass.HardwareAwareFuseOps(tgt)
-    with progress.stage(f"compile for {args.profile} with hardware-aware fusion", instrument_passes=True):
-        start = time.perf_counter()
-        ex = tvm.compile(mod, target=tgt, relax_pipeline=pipeline.get_pipeline(tgt, fuse_pass=fuse))
-        ours = time.perf_counter() - start
-    report = fuse.report
+    start = time.perf_counter()
+    if args.feedback:  # build, measure registers and occupancy, split what measures badly, rebuild
+        from .feedback import compile_with_feedback  # pylint: disable=import-outside-toplevel
+
+        result = compile_with_feedback(mod, tgt, progress=progress)
+        ex, report = result.executable, result.report
+    else:
+        fuse = fuse_pass.HardwareAwareFuseOps(tgt)
+        with progress.stage(f"compile for {args.profile} with hardware-aware fusion", instrument_passes=True):
+            ex = tvm.compile(mod, target=tgt, relax_pipeline=pipeline.get_pipeline(tgt, fuse_pass=fuse))
+        report = fuse.report
+    ours = time.perf_counter() - start
     print(report)
     summary = f"\nkernels: {len(report.groups)} hardware-aware; compile {ours:.1f}s"
+    if args.feedback:
+        summary += f" ({len(result.rounds)} feedback round(s), {len(report.splits)} split(s))"
     if args.compare_stock:
         with progress.stage("compile with stock TVM fusion (for comparison)", instrument_passes=True):
             start = time.perf_counter()
@@ -103,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--profile", default="nvidia-h200", help="hardware profile (see `profiles`)")
     comp.add_argument("--batch", type=int, default=1, help="batch size of a zoo model")
     comp.add_argument("--compare-stock", action="store_true", help="also compile with stock fusion")
+    comp.add_argument("--feedback", action="store_true",
+                      help="measure every kernel's registers and occupancy (ptxas / AMDGPU metadata) "
+                           "and split fused groups that spill or lose occupancy, then rebuild")
     comp.add_argument("--report-json", help="write the decisions as JSON here")
     comp.add_argument("--export", help="write the built library here (.so)")
     comp.add_argument("--quiet", action="store_true", help="no progress lines")

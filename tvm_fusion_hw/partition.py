@@ -47,6 +47,10 @@ class Partition:
             return "+".join(names)
         return f"{names[0]}+...+{names[-1]} ({len(names)} ops)"
 
+    def op_names(self, members: List[int]) -> List[str]:
+        """Binding names of the operators among ``members`` (the feedback loop's group keys)."""
+        return [self.graph.nodes[i].var.name for i in sorted(members) if not self.graph.nodes[i].is_projection]
+
     def view(self, members: List[int]) -> GroupView:
         return GroupView(
             label=self.label(members),
@@ -77,8 +81,11 @@ class Partition:
     def propose(self, rule_fn, producer: int, consumer: int) -> bool:
         """Ask the policy about merging group ``producer`` into group ``consumer``; merge if yes."""
         merged = self.members[producer] + self.members[consumer]
-        decision = rule_fn(self.view(self.members[producer]), self.view(self.members[consumer]),
-                           self.view(merged))
+        views = self.view(self.members[producer]), self.view(self.members[consumer]), self.view(merged)
+        # A group the feedback loop measured and split must not re-form, whatever the rules say.
+        decision = self.policy.feedback_split(*views, self.op_names(merged)) if \
+            self.policy.config.split_groups else None
+        decision = decision or rule_fn(*views)
         self.decisions.append(decision)
         if decision.fused:
             for i in self.members.pop(producer):
@@ -91,6 +98,9 @@ class Partition:
         self._epilogues()
         self._complex_pairs()
         self._chains()
+        # A chain that fans out and joins again (GELU reads x twice) only becomes one group in
+        # the chain phase; offer it to the complex op before it now.
+        self._epilogues()
         return self
 
     def _attach_projections(self) -> None:
@@ -116,10 +126,11 @@ class Partition:
                     break
 
     def _is_epilogue(self, gid: int, target: int) -> bool:
-        """One op (with its projections) applied element for element to the group's output."""
+        """Element-wise work applied to the group's output: one op (with its projections), or a
+        group of element-wise and broadcast ops."""
         ops = [i for i in self.members[target] if not self.graph.nodes[i].is_projection]
-        if len(ops) != 1:
-            return False
+        if len(ops) > 1:
+            return self.max_pattern(target) <= BROADCAST
         consumer = self.graph.nodes[ops[0]]
         if consumer.pattern <= BROADCAST:
             return True

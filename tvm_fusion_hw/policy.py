@@ -12,6 +12,9 @@ from ../shared/fusion-rules.md:
 3. Shared memory: two complex ops (conv then pool, depthwise then pointwise) fuse only when the
    intermediate tile fits the profile's shared memory per block and the fused kernel keeps at
    least (1 - :attr:`PolicyConfig.max_occupancy_drop`) of the unfused kernels' occupancy.
+4. Feedback: a group that measured badly when built (it spilled, or lost more than
+   ``max_occupancy_drop`` of its parts' occupancy; see :mod:`.feedback`) is listed in
+   :attr:`PolicyConfig.split_groups`, and no group may then hold more than half of its ops.
 
 The register and tile figures here are estimates of what the schedule templates will do; the
 tile constants are the templates' own, so the two stay designed together.
@@ -36,6 +39,29 @@ from .decisions import Decision
 from .errors import FusionHWError
 from .occupancy import Occupancy, occupancy, register_budget
 from .profile import HardwareProfile
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSplit:
+    """A fused group that measured badly once built, and must be split (staged) next time.
+
+    ``members`` are the binding names of the group's operators (tuple projections left out): the
+    key that finds the same group again, the partition being deterministic for the same module.
+    """
+
+    members: Tuple[str, ...]
+    #: the measurements behind the split, for the decision's reason
+    reason: str = ""
+    figures: Tuple[Tuple[str, object], ...] = ()
+
+    @property
+    def ops(self) -> int:
+        return len(self.members)
+
+    @property
+    def most_ops(self) -> int:
+        """Ops of this group one group may still hold: half, rounded up (5 ops: 3 + 2)."""
+        return (self.ops + 1) // 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +98,8 @@ class PolicyConfig:  # pylint: disable=too-many-instance-attributes
     injective_epilogues: bool = True
     #: upper bound on ops per group (the stock PassContext key relax.FuseOps.max_depth also bounds it)
     max_depth: int = 256
+    #: groups the register feedback (tvm_fusion_hw.feedback) measured and split: none may re-form
+    split_groups: Tuple[GroupSplit, ...] = ()
 
     def __post_init__(self):
         if not 0 < self.target_occupancy <= 1:
@@ -80,6 +108,8 @@ class PolicyConfig:  # pylint: disable=too-many-instance-attributes
             raise FusionHWError(f"max_occupancy_drop must be in [0, 1), got {self.max_occupancy_drop}")
         if self.max_depth < 1:
             raise FusionHWError(f"max_depth must be at least 1, got {self.max_depth}")
+        if any(not isinstance(g, GroupSplit) or g.ops < 2 for g in self.split_groups):
+            raise FusionHWError("split_groups must hold GroupSplit entries of at least 2 ops")
 
 
 @dataclasses.dataclass
@@ -240,6 +270,24 @@ class FusionPolicy:
                         f"{pair}: {tile_bytes / 1024:.1f} KiB tile in shared memory saves "
                         f"{merged.cost.saved_bytes / 1e6:.2f} MB; occupancy {baseline.occupancy:.0%} -> "
                         f"{fused.occupancy:.0%} (limit {cfg.max_occupancy_drop:.0%} drop)", figures)
+
+    def feedback_split(self, producer: GroupView, consumer: GroupView, merged: GroupView,
+                       op_names: Sequence[str]) -> Optional[Decision]:
+        """Refuse a merge that puts more than half of a measured-and-split group's ops in one group.
+
+        ``op_names`` are the binding names of the merged group's operators (no projections). Half,
+        not only the last merge: the chain walk grows a group one producer at a time, so refusing
+        just the merge that completed it would peel off one op and keep the pressure.
+        """
+        for split in self.config.split_groups:
+            inside = sum(1 for name in op_names if name in split.members)
+            if inside > split.most_ops:
+                figures = {**dict(split.figures), "ops_of_split_group_here": inside,
+                           "most_ops": split.most_ops}
+                return Decision("feedback-split", producer.label, consumer.label, False,
+                                f"{split.reason}; at most {split.most_ops} of its {split.ops} ops "
+                                f"in one kernel, the rest staged through global memory", figures)
+        return None
 
     # ---- complex-pair helpers --------------------------------------------------------------
     def pair_templates(self) -> Tuple[str, ...]:
