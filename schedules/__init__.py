@@ -5,21 +5,26 @@ dlight's own (Matmul, GEMV, Reduction, GeneralReduction, Fallback last). A rule 
 a PrimFunc that is not its pattern, so the next rule takes it.
 """
 
-from typing import List
+from typing import Callable, Dict, List
 
 from tvm.s_tir.dlight.base import ScheduleRule
 
+from .conv_pool import ConvPool, supports_pair
 from .depthwise_conv import DepthwiseConv
 
-#: Complex pairs ("producer kind->consumer kind") that some template here keeps on chip in one
-#: kernel. The fusion policy fuses only these pairs: without a template dlight would write the
-#: intermediate to a global workspace and lose the producer's tiled schedule.
-FUSED_PAIR_TEMPLATES: tuple = ()
+#: Complex pairs ("producer kind->consumer kind") that a template here runs as one kernel, each
+#: with the test the fusion policy asks before fusing (on the two PrimFuncs, unfused). Without a
+#: template dlight would write the intermediate to a global workspace and lose the tiled schedule.
+PAIR_TEMPLATES: Dict[str, Callable] = {
+    "conv->window": supports_pair,
+    "pointwise_conv->window": supports_pair,
+}
+FUSED_PAIR_TEMPLATES: tuple = tuple(PAIR_TEMPLATES)
 
 
 def default_rules() -> List[ScheduleRule]:
     """This package's schedule rules, most specific first."""
-    return [DepthwiseConv()]
+    return [ConvPool(), DepthwiseConv()]
 
 
-__all__ = ["DepthwiseConv", "FUSED_PAIR_TEMPLATES", "default_rules"]
+__all__ = ["ConvPool", "DepthwiseConv", "FUSED_PAIR_TEMPLATES", "PAIR_TEMPLATES", "default_rules"]

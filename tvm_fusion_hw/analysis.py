@@ -88,6 +88,8 @@ class FuncInfo:  # pylint: disable=too-many-instance-attributes
     #: inputs (by position) read element for element at the output's index: a consumer that is
     #: element-wise in them even when TVM annotates it injective (batch_norm's tuple output)
     pointwise_inputs: Tuple[int, ...] = ()
+    #: the PrimFunc itself, for the schedule templates' own checks (not part of the figures)
+    func: Optional[tvm.tirx.PrimFunc] = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def pattern_name(self) -> str:
@@ -204,6 +206,7 @@ def analyze_func(name: str, func: tvm.tirx.PrimFunc, pattern: int, num_outputs: 
         loads_per_output=max(loads, 1),
         element_bytes=max(element_bytes, 1),
         pointwise_inputs=() if reductions or not params else _pointwise_inputs(func, params, num_outputs, blocks),
+        func=func,
     )
 
 

@@ -266,6 +266,10 @@ class FusionPolicy:
                             f"{pair}: the {tile_bytes / 1024:.1f} KiB tile would fit and keep occupancy, "
                             f"but no schedule template runs {pair_key} as one kernel yet "
                             f"(dlight would stage it through global memory)", figures)
+        if not self._template_takes(pair_key, first, second):
+            return Decision("complex-pair", producer.label, consumer.label, False,
+                            f"{pair}: the {pair_key} template does not take this pair (its window "
+                            f"overlaps, is padded, or the conv is outside its limits)", figures)
         return Decision("complex-pair", producer.label, consumer.label, True,
                         f"{pair}: {tile_bytes / 1024:.1f} KiB tile in shared memory saves "
                         f"{merged.cost.saved_bytes / 1e6:.2f} MB; occupancy {baseline.occupancy:.0%} -> "
@@ -297,6 +301,16 @@ class FusionPolicy:
         from tvm_fusion_hw.schedules import FUSED_PAIR_TEMPLATES  # pylint: disable=import-outside-toplevel
 
         return tuple(FUSED_PAIR_TEMPLATES)
+
+    @staticmethod
+    def _template_takes(pair_key: str, first: FuncInfo, second: FuncInfo) -> bool:
+        """The template's own check on the two unfused PrimFuncs (True when it has none)."""
+        from tvm_fusion_hw.schedules import PAIR_TEMPLATES  # pylint: disable=import-outside-toplevel
+
+        check = PAIR_TEMPLATES.get(pair_key)
+        if check is None or first.func is None or second.func is None:
+            return check is None
+        return bool(check(first.func, second.func))
 
     def _tile_pixels(self) -> int:
         return self.config.tile_warps * self.profile.warp_size
