@@ -27,17 +27,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
-from tvm import s_tir, sym, tirx
-from tvm.ir import TensorLoad
+from tvm import s_tir, tirx
 from tvm.runtime import DataType
 from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from .common import GPULimits, allocated_shared_bytes, gpu_limits
+from .common import (GPULimits, allocated_shared_bytes, const_int, gpu_limits, is_plain_spatial,
+                     is_reduction, linear_coefficients, mac_operands, only_coefficients, trivially_bound,
+                     var_position)
 
 SBlockRV = s_tir.schedule.SBlockRV
 
@@ -217,7 +218,7 @@ def _match_and_inline(  # pylint: disable=too-many-branches
     except Exception:  # pylint: disable=broad-except
         return None
     blocks = sch.get_child_blocks(root)
-    reductions = [b for b in blocks if _is_reduction(sch.get(b))]
+    reductions = [b for b in blocks if is_reduction(sch.get(b))]
     if len(reductions) != 1:
         return None
     conv = reductions[0]
@@ -235,7 +236,7 @@ def _match_and_inline(  # pylint: disable=too-many-branches
         if any(b.same_as(weight) for b in written):
             return None
         if any(b.same_as(data) for b in written):
-            if not _is_plain_spatial(sch.get(producer), data):
+            if not is_plain_spatial(sch.get(producer), data):
                 return None
             pad = producer
 
@@ -263,98 +264,12 @@ def _match_and_inline(  # pylint: disable=too-many-branches
         consumers = sch.get_consumers(conv)
         if len(consumers) != 1 or not sch.get(consumers[0]).same_as(sch.get(rest[0])):
             return None
-        if _is_reduction(sch.get(rest[0])):
+        if is_reduction(sch.get(rest[0])):
             return None
         epilogue = rest[0]
     elif rest:
         return None
     return problem, conv, pad, epilogue
-
-
-# ---- matching helpers ------------------------------------------------------------------------
-def _is_reduction(block: s_tir.SBlock) -> bool:
-    return any(iv.iter_type == tirx.IterVar.CommReduce for iv in block.iter_vars)
-
-
-def _is_plain_spatial(block: s_tir.SBlock, written: tirx.Buffer) -> bool:
-    """All iterators spatial, and the block writes ``written[v0, v1, ...]`` in iterator order."""
-    if any(iv.iter_type != tirx.IterVar.DataPar for iv in block.iter_vars):
-        return False
-    store = block.body
-    if not isinstance(store, tirx.BufferStore) or not store.buffer.same_as(written):
-        return False
-    ivars = [iv.var for iv in block.iter_vars]
-    return len(store.indices) == len(ivars) and all(
-        isinstance(i, tirx.Var) and i.same_as(v) for i, v in zip(store.indices, ivars)
-    )
-
-
-def _strip_cast(expr: tirx.Expr) -> tirx.Expr:
-    while isinstance(expr, tirx.Cast):
-        expr = expr.value
-    return expr
-
-
-def _const_int(expr) -> Optional[int]:
-    return int(expr.value) if isinstance(expr, tirx.IntImm) else None
-
-
-def _position(expr: tirx.Expr, variables: Sequence[tirx.Var]) -> Optional[int]:
-    """Position of ``expr`` in ``variables`` if it is one of them, else None."""
-    if not isinstance(expr, tirx.Var):
-        return None
-    return next((i for i, v in enumerate(variables) if v.same_as(expr)), None)
-
-
-def _linear(expr: tirx.Expr, variables: Sequence[tirx.Var]) -> Optional[List[int]]:
-    """Integer coefficients of ``expr`` in ``variables`` then its constant, or None."""
-    coeffs = sym.detect_linear_equation(expr, list(variables))
-    if len(coeffs) != len(variables) + 1:
-        return None
-    values = [_const_int(c) for c in coeffs]
-    return None if any(v is None for v in values) else values  # type: ignore[return-value]
-
-
-def _trivially_bound(sch: s_tir.Schedule, block_rv: SBlockRV) -> bool:
-    """Each loop above the block is one of its iterators, in order, with a static extent."""
-    block = sch.get(block_rv)
-    loops = sch.get_loops(block_rv)
-    if not loops or len(loops) != len(block.iter_vars):
-        return False
-    realize = sch.get(loops[-1]).body
-    if not isinstance(realize, s_tir.SBlockRealize):
-        return False
-    return all(
-        value.same_as(sch.get(loop).loop_var) and _const_int(iv.dom.extent) is not None
-        for loop, value, iv in zip(loops, realize.iter_values, block.iter_vars)
-    )
-
-
-def _mac_operands(block: s_tir.SBlock) -> Optional[List[TensorLoad]]:
-    """The two loads of ``out[...] = out[...] + A[...] * B[...]`` (casts allowed), or None."""
-    store = block.body
-    if not isinstance(store, tirx.BufferStore) or not isinstance(store.value, tirx.Add):
-        return None
-    for acc, term in ((store.value.a, store.value.b), (store.value.b, store.value.a)):
-        if isinstance(acc, TensorLoad) and acc.source.same_as(store.buffer):
-            term = _strip_cast(term)
-            if not isinstance(term, tirx.Mul):
-                return None
-            loads = [_strip_cast(term.a), _strip_cast(term.b)]
-            if all(isinstance(x, TensorLoad) and len(x.indices) == 4 for x in loads):
-                return loads
-            return None
-    return None
-
-
-def _only(coeffs: Optional[List[int]], allowed: Dict[int, Optional[int]]) -> bool:
-    """Zero base; coefficient ``allowed[i]`` (None: any) at positions in ``allowed``, else zero."""
-    if coeffs is None or coeffs[-1] != 0:
-        return False
-    return all(
-        (allowed[i] is None or coef == allowed[i]) if i in allowed else coef == 0
-        for i, coef in enumerate(coeffs[:-1])
-    )
 
 
 def _match_depthwise(  # pylint: disable=too-many-locals,too-many-return-statements,too-many-branches
@@ -366,44 +281,44 @@ def _match_depthwise(  # pylint: disable=too-many-locals,too-many-return-stateme
     beyond ``kh`` and ``kw``) must have extent 1, which is the group-conv form of a depthwise conv.
     """
     block = sch.get(conv)
-    if not _trivially_bound(sch, conv):
+    if not trivially_bound(sch, conv):
         return None
     ivars = [iv.var for iv in block.iter_vars]
-    ext = [_const_int(iv.dom.extent) for iv in block.iter_vars]
+    ext = [const_int(iv.dom.extent) for iv in block.iter_vars]
     spatial = [i for i, iv in enumerate(block.iter_vars) if iv.iter_type == tirx.IterVar.DataPar]
     red = [i for i, iv in enumerate(block.iter_vars) if iv.iter_type == tirx.IterVar.CommReduce]
     if len(spatial) != 4 or len(spatial) + len(red) != len(ivars) or len(red) < 2:
         return None
     n, c, h, w = spatial
     store = block.body
-    if [_position(i, ivars) for i in store.indices] != spatial:
+    if [var_position(i, ivars) for i in store.indices] != spatial:
         return None
-    loads = _mac_operands(block)
+    loads = mac_operands(block)
     if loads is None:
         return None
     units = {r: None for r in red if ext[r] == 1}  # always 0: any coefficient is harmless
     reads = [r.source for r in block.reads]
     for weight, data in (loads, loads[::-1]):
         # The weight is weight[c, rc | 0, kh, kw], shape [C, 1, KH, KW].
-        widx = [_position(i, ivars) for i in weight.indices]
+        widx = [var_position(i, ivars) for i in weight.indices]
         kh, kw = widx[2], widx[3]
         if widx[0] != c or kh not in red or kw not in red or kh == kw:
             continue
-        if widx[1] is None and _const_int(weight.indices[1]) != 0:
+        if widx[1] is None and const_int(weight.indices[1]) != 0:
             continue
         if widx[1] is not None and widx[1] not in units:
             continue
         if any(r not in (kh, kw) and r not in units for r in red):
             continue
-        if [_const_int(d) for d in weight.source.shape] != [ext[c], 1, ext[kh], ext[kw]]:
+        if [const_int(d) for d in weight.source.shape] != [ext[c], 1, ext[kh], ext[kw]]:
             continue
         # The data is data[n, c (+ rc), h*sh + kh*dh, w*sw + kw*dw], shape [N, C, ., .].
-        coeffs = [_linear(i, ivars) for i in data.indices]
-        if not (_only(coeffs[0], {n: 1, **units}) and _only(coeffs[1], {c: 1, **units})):
+        coeffs = [linear_coefficients(i, ivars) for i in data.indices]
+        if not (only_coefficients(coeffs[0], {n: 1, **units}) and only_coefficients(coeffs[1], {c: 1, **units})):
             continue
         if not (
-            _only(coeffs[2], {h: None, kh: None, **units})
-            and _only(coeffs[3], {w: None, kw: None, **units})
+            only_coefficients(coeffs[2], {h: None, kh: None, **units})
+            and only_coefficients(coeffs[3], {w: None, kw: None, **units})
         ):
             continue
         (sh, dh), (sw, dw) = (coeffs[2][h], coeffs[2][kh]), (coeffs[3][w], coeffs[3][kw])
@@ -411,7 +326,7 @@ def _match_depthwise(  # pylint: disable=too-many-locals,too-many-return-stateme
             continue
         if max(ext[kh], ext[kw]) > config.max_kernel:
             continue
-        data_shape = [_const_int(d) for d in data.source.shape]
+        data_shape = [const_int(d) for d in data.source.shape]
         if None in data_shape or data_shape[:2] != [ext[n], ext[c]]:
             continue
         data_pos = [i for i, b in enumerate(reads) if b.same_as(data.source)]
