@@ -7,6 +7,7 @@ With the real ``measure`` (ptxas through nvcc/NVRTC, AMDGPU metadata) the rules'
 built for the H200, the Jetson AGX Orin and the MI300X; those tests skip without the toolchain.
 """
 
+import dataclasses
 import math
 import re
 import warnings
@@ -314,3 +315,25 @@ def test_cli_feedback_flag(capsys):
         assert main(["compile", "eltwise5", "--feedback", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "Register feedback" in out and "feedback round(s)" in out
+
+
+def test_conv_pool_pair_is_split_only_for_spills():
+    """The conv + pool template holds a register tile on purpose (H200 batch 32: 128 registers,
+    25% occupancy, and 2.9x faster than stock's two kernels, bench/results/...-after-conv-pool):
+    the occupancy rule does not split it; a spill would."""
+    from tvm_fusion_hw.frontend import import_onnx
+    from tvm_fusion_hw.models import build
+
+    mod = import_onnx(build("conv_relu_pool", batch=1))
+    low_occupancy = fake_measure(lambda p: 255 if p >= 3 else 24)  # the fused kernel: 1 block/SM
+    kept = compile_with_feedback(mod, hw.target(H200), measure=low_occupancy)
+    assert not kept.report.splits
+    assert any("conv2d" in g.name and "max_pool2d" in g.name for g in kept.report.groups)
+
+    def spilling(executable, target):  # only the fused conv+pool kernel spills
+        return [dataclasses.replace(k, spill_store_bytes=64, spill_load_bytes=64)
+                if "conv2d" in k.name and "max_pool2d" in k.name else k
+                for k in low_occupancy(executable, target)]
+
+    split = compile_with_feedback(mod, hw.target(H200), measure=spilling)
+    assert [s.reason.split(" to ")[0] for s in split.report.splits] == ["spills 128 B"]
