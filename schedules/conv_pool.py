@@ -43,7 +43,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from tvm import s_tir, tirx
 from tvm.ir import TensorLoad

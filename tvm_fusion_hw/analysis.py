@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from functools import reduce
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import tvm
@@ -301,6 +300,3 @@ def describe(kinds: Sequence[str]) -> str:
             out.append(kind)
     return "+".join(out) if out else "empty"
 
-
-def product(values: Iterable[int]) -> int:
-    return reduce(lambda a, b: a * b, values, 1)
