@@ -28,6 +28,10 @@ setup(
     },
     package_data={"tvm_fusion_hw.targets": ["*.json"]},
     install_requires=["apache-tvm>=0.27,<0.28", "numpy", "onnx"],
-    extras_require={"test": ["pytest", "pytest-xdist"]},
+    extras_require={
+        "test": ["pytest", "pytest-xdist"],
+        # register counts exactly as TVM's default NVRTC load-time compile makes them (else nvcc)
+        "nvrtc": ["cuda-bindings"],
+    },
     entry_points={"console_scripts": ["tvm-fusion-hw=tvm_fusion_hw.cli:main"]},
 )
