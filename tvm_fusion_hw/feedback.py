@@ -203,8 +203,9 @@ def _describe(group: Figures) -> str:
     parts = (f" (parts: {group['parts_registers']} regs, {group['parts_occupancy']:.0%})"
              if "parts_registers" in group else "")
     site = f" up to {group['members'][-1]}" if group.get("members") else ""  # calls may share a function
+    rule = f"; occupancy rule {group['occupancy_rule']}" if "occupancy_rule" in group else ""
     return (f"{group['function']} ({group['ops']} ops{site}): {group['registers']} regs, {group['spill_bytes']} B "
-            f"spilled, occupancy {group['occupancy']:.0%}{parts}")
+            f"spilled, occupancy {group['occupancy']:.0%}{parts}{rule}")
 
 
 def _verdict(group: Figures, max_drop: float, complex_pair: bool = False) -> Optional[str]:
