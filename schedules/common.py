@@ -16,6 +16,7 @@ import tvm_ffi
 from tvm import s_tir, sym, tirx
 from tvm.ir import TensorLoad
 from tvm.runtime import DataType
+from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.target import Target
 
 from tvm_fusion_hw.errors import FusionHWError
@@ -252,3 +253,75 @@ def tensor_loads(expr) -> List[TensorLoad]:
     found: List[TensorLoad] = []
     tvm_ffi.structural_walk(expr, [(TensorLoad, found.append)], order="post")
     return found
+
+
+# ---- the shape every tiled rule here shares ----------------------------------------------------
+class TiledScheduleRule(GPUScheduleRule):
+    """A rule that matches its pattern in the TIR, ranks tiles on the target's hardware profile,
+    and schedules the best tile whose shared buffers TVM compacts to the planned size.
+
+    Subclasses give three functions (as static methods) and a ``Config`` with ``max_attempts``:
+    ``match(sch, config) -> (problem, *blocks) | None`` (inlining what surrounds the pattern),
+    ``rank(problem, limits, config) -> [tile]`` (best first, each with ``shared_bytes``) and
+    ``schedule(sch, problem, tile, *blocks)``.
+    """
+
+    match = rank = schedule = None  # set by subclasses
+
+    def apply(self, func: tirx.PrimFunc, target: Target, _: bool) -> Optional[s_tir.Schedule]:
+        planned = self.schedule_best(func, target)
+        return None if planned is None else planned[2]
+
+    def plan(self, func: tirx.PrimFunc, target: Target):
+        """The problem the rule sees in ``func`` and the tile it uses, or ``None``."""
+        planned = self.schedule_best(func, target)
+        return None if planned is None else planned[:2]
+
+    def schedule_tile(self, func: tirx.PrimFunc, target: Target, tile) -> Optional[s_tir.Schedule]:
+        """``func`` scheduled with a given ``tile`` (one of ``rank``'s, or made by hand); None when
+        ``func`` is not this rule's pattern or the tile fails."""
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        matched = self.match(sch, self.get_config(target))
+        if matched is None:
+            return None
+        problem, *blocks = matched
+        try:
+            self.schedule(sch, problem, tile, *blocks)
+        except RuntimeError:  # ScheduleError, InternalError
+            return None
+        return sch
+
+    def schedule_best(self, func: tirx.PrimFunc, target: Target):
+        """(problem, tile, schedule) for ``func``, or None when it is not this rule's pattern."""
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        config = self.get_config(target)
+        limits = gpu_limits(target)
+
+        # Step 1. Match the pattern and inline what surrounds it.
+        matched = self.match(s_tir.Schedule(func), config)
+        if matched is None:
+            return None
+
+        # Step 2. Rank the tiles on the hardware profile.
+        tiles = self.rank(matched[0], limits, config)
+
+        # Step 3. Schedule the best tile whose shared buffers TVM compacts to the planned size
+        # (a tile that does not divide the output can compact to far more); failing that, the
+        # first whose compacted buffers still fit a block.
+        fallback = None
+        for tile in tiles[: config.max_attempts]:
+            sch = s_tir.Schedule(func)
+            problem, *blocks = self.match(sch, config)
+            try:
+                self.schedule(sch, problem, tile, *blocks)
+                allocated = allocated_shared_bytes(sch.mod["main"])
+            except RuntimeError:  # ScheduleError, or an InternalError of a TVM pass
+                continue
+            if allocated <= tile.shared_bytes:
+                return problem, tile, sch
+            if fallback is None and allocated <= limits.shared_memory_bytes_per_block:
+                fallback = (problem, dataclasses.replace(tile, shared_bytes=allocated), sch)
+        return fallback

@@ -23,40 +23,29 @@ per channel (rows vectorised by the compiler) and its weights (one address per c
 broadcast) for ``CV x K*PHV x K'*PWV x KH x KW`` FMAs, unrolled over the window and ``unroll``
 channels.
 
-Tiles come from a cost model on the target's hardware profile (warp size, threads, shared memory,
-registers, multiprocessors, issue rate, DRAM): issue slots of FMAs, shared loads and staging
-against the shared-memory wavefronts of the actual lane addresses (bank conflicts simulated),
-staging latency hidden by the other resident blocks, waves of blocks over the multiprocessors.
-Registers are estimated from ptxas (sm_90; within 2 for the 64-accumulator tiles that come near
-the limit) and kept at or below 128, where ptxas leaves a kernel alone (above, it squeezes the
+Tiles come from a cost model on the target's hardware profile (:mod:`.conv_pool_tiles`).
+Registers are kept at or below 128, where ptxas leaves a kernel alone (above, it squeezes the
 kernel to the next occupancy step and spills). On an H200 (ptxas, nvcc 13): ``conv_relu_pool``
 batch 1 gets 128 threads x 392 blocks, 71 registers, 11 KiB shared; batch 32 256 threads x 1568
-blocks, 127 registers, 29 KiB shared; no spills. Not yet timed on a GPU: the model says 23 us and
-0.52 ms (60% and 86% of FP32 peak), surely optimistic; its constants are estimates until a sweep
-of tiles is timed.
+blocks, 127 registers, 29 KiB shared; no spills. Measured there (bench/results/
+2026-11-30-h200-after-conv-pool): 0.034 ms at batch 1 and 0.677 ms at batch 32, against stock
+TVM's two kernels at 0.089 and 1.980 ms (the model had said 0.023 and 0.52 ms).
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import functools
-import itertools
-import math
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 from tvm import s_tir, tirx
 from tvm.ir import TensorLoad
 from tvm.runtime import DataType
 from tvm.s_tir.dlight.analysis import get_root_block
-from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.target import Target
 
 from .common import (
-    GPULimits,
-    allocated_shared_bytes,
+    TiledScheduleRule,
     const_int,
-    gpu_limits,
     is_plain_spatial,
     is_reduction,
     linear_coefficients,
@@ -67,81 +56,12 @@ from .common import (
     var_position,
 )
 
+from .conv_pool_tiles import BANKS, ConvPoolProblem, ConvPoolTile, rank_tiles
+
 SBlockRV = s_tir.schedule.SBlockRV
 
 
-@dataclasses.dataclass(frozen=True)
-class ConvPoolProblem:  # pylint: disable=too-many-instance-attributes
-    """A matched convolution + pool: shapes, windows and where the conv's operands are."""
-
-    batch: int
-    in_channels: int
-    out_channels: int
-    pooled: Tuple[int, int]  # pooled rows, columns
-    kernel: Tuple[int, int]  # conv KH, KW
-    stride: Tuple[int, int]  # conv stride
-    dilation: Tuple[int, int]
-    window: Tuple[int, int]  # pool window = pool stride
-    pool: str  # "max" or "sum" (an average divides in the tail)
-    dtype_bytes: int
-    data_read_index: int  # operand position of the data in the conv block's reads
-    weight_read_index: int
-
-    @property
-    def flops(self) -> float:
-        """FLOPs of the conv outputs the pool reads (2 per MAC)."""
-        (ph, pw), (kh, kw), (wh, ww) = self.pooled, self.kernel, self.window
-        return 2.0 * self.batch * self.out_channels * ph * wh * pw * ww * self.in_channels * kh * kw
-
-    def input_extent(self, conv_rows: int, conv_cols: int) -> Tuple[int, int]:
-        """Input rows and columns (halo included) that ``conv_rows x conv_cols`` outputs read."""
-        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.stride, self.dilation
-        return (conv_rows - 1) * sh + (kh - 1) * dh + 1, (conv_cols - 1) * sw + (kw - 1) * dw + 1
-
-
-@dataclasses.dataclass(frozen=True)
-class ConvPoolTile:  # pylint: disable=too-many-instance-attributes
-    """The tile one block computes, and what the cost model thought of it."""
-
-    channels_per_thread: int  # CV
-    thread_channels: int  # CT
-    window_rows: int  # PHV: pool windows per thread along H
-    thread_rows: int  # PHT
-    window_cols: int  # PWV: pool windows per thread along W
-    thread_cols: int  # PWT
-    chunk: int  # RC: input channels staged per pass
-    unroll: int  # input channels per unrolled step of the inner loop
-    threads: int
-    blocks: int
-    blocks_per_multiprocessor: int  # resident, by threads, registers and shared memory
-    shared_bytes: int
-    registers_estimate: int
-    accumulators: int  # conv outputs per thread
-    input_load: Tuple[str, int]  # ("rows", lines per pass) or ("flat", 0)
-    weight_load: Tuple[str, int]
-    row_pitch: int  # words between rows of the staged input (padded against bank conflicts)
-    lds_per_fma: float  # shared-load instructions per FMA
-    wavefronts_per_fma: float  # shared-memory wavefronts per (warp) FMA instruction
-    time_s: float  # modelled kernel time
-    score: float  # modelled fraction of FP32 peak
-
-    @property
-    def channels(self) -> int:
-        """Output channels per block."""
-        return self.thread_channels * self.channels_per_thread
-
-    @property
-    def pooled_rows(self) -> int:
-        """Pooled rows per block."""
-        return self.thread_rows * self.window_rows
-
-    @property
-    def pooled_cols(self) -> int:
-        """Pooled columns per block."""
-        return self.thread_cols * self.window_cols
-
-
-class ConvPool(GPUScheduleRule):
+class ConvPool(TiledScheduleRule):
     """Conv2d (NCHW, groups = 1) + element-wise epilogue + non-overlapping max/avg pool, one kernel.
 
     Returns ``None`` for any PrimFunc that is not exactly such a group (see the module docstring),
@@ -202,75 +122,21 @@ class ConvPool(GPUScheduleRule):
             return ConvPool.Config(min_threads=64, max_threads=256)
         return ConvPool.Config()
 
-    # ---- the rule ------------------------------------------------------------------------------
-    def apply(
-        self,
-        func: tirx.PrimFunc,
-        target: Target,
-        _: bool,
-    ) -> Optional[s_tir.Schedule]:
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
-        planned = self._schedule_best(func, target)
-        return None if planned is None else planned[2]
+    # ---- the rule: TiledScheduleRule calls these three -----------------------------------------
+    @staticmethod
+    def match(sch, config):
+        """``(problem, *blocks)`` of the pattern in ``sch`` (surroundings inlined), or None."""
+        return _match_and_inline(sch, config)
 
-    def plan(
-        self, func: tirx.PrimFunc, target: Target
-    ) -> Optional[Tuple[ConvPoolProblem, ConvPoolTile]]:
-        """The problem the rule sees in ``func`` and the tile it uses, or ``None``."""
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
-        planned = self._schedule_best(func, target)
-        return None if planned is None else planned[:2]
+    @staticmethod
+    def rank(problem, limits, config):
+        """Tiles for ``problem``, best first."""
+        return rank_tiles(problem, limits, config)
 
-    def schedule_tile(
-        self, func: tirx.PrimFunc, target: Target, tile: ConvPoolTile
-    ) -> Optional[s_tir.Schedule]:
-        """``func`` scheduled with a given ``tile`` (one of :func:`rank_tiles`, or made by
-        :func:`evaluate_tile`); None when ``func`` is not this rule's pattern or the tile fails."""
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
-        sch = s_tir.Schedule(func)
-        matched = _match_and_inline(sch, self.get_config(target))
-        if matched is None:
-            return None
-        problem, pad, conv, pool, tail = matched
-        try:
-            _schedule(sch, problem, tile, pad, conv, pool, tail)
-        except RuntimeError:  # ScheduleError, InternalError
-            return None
-        return sch
-
-    def _schedule_best(
-        self, func: tirx.PrimFunc, target: Target
-    ) -> Optional[Tuple[ConvPoolProblem, ConvPoolTile, s_tir.Schedule]]:
-        config = self.get_config(target)
-        limits = gpu_limits(target)
-
-        # Step 1. Match pad -> conv -> element-wise -> pool -> element-wise; inline the chains.
-        matched = _match_and_inline(s_tir.Schedule(func), config)
-        if matched is None:
-            return None
-
-        # Step 2. Rank the tiles on the hardware profile.
-        tiles = rank_tiles(matched[0], limits, config)
-
-        # Step 3. Schedule the best tile whose shared buffers TVM compacts to the planned size;
-        # failing that, the first whose compacted buffers still fit a block.
-        fallback = None
-        for tile in tiles[: config.max_attempts]:
-            sch = s_tir.Schedule(func)
-            problem, pad, conv, pool, tail = _match_and_inline(sch, config)  # type: ignore[misc]
-            try:
-                _schedule(sch, problem, tile, pad, conv, pool, tail)
-                allocated = allocated_shared_bytes(sch.mod["main"])
-            except RuntimeError:  # ScheduleError, or an InternalError of a TVM pass
-                continue
-            if allocated <= tile.shared_bytes:
-                return problem, tile, sch
-            if fallback is None and allocated <= limits.shared_memory_bytes_per_block:
-                fallback = (problem, dataclasses.replace(tile, shared_bytes=allocated), sch)
-        return fallback
+    @staticmethod
+    def schedule(sch, problem, tile, *blocks):
+        """Apply ``tile`` to the matched blocks."""
+        _schedule(sch, problem, tile, *blocks)
 
 
 # ---- matching --------------------------------------------------------------------------------
@@ -522,316 +388,6 @@ def _match_pool(  # pylint: disable=too-many-locals,too-many-return-statements
     return (ext[p], ext[q]), window, kind
 
 
-# ---- tile choice -----------------------------------------------------------------------------
-#: Shared memory serves one 128-byte wavefront per clock while the multiprocessor issues 4 warp
-#: instructions (NVIDIA sm_80/sm_90: 4 schedulers; AMD CDNA: 128 B/clk against 128 FP32 lanes).
-_SLOTS_PER_WAVEFRONT = 4
-_BANKS = 32  # 4-byte banks (NVIDIA; AMD CDNA LDS has 32 too)
-#: Issue slots per element of a staging pass: whole rows per pass (offsets computed once per
-#: thread) or one flat index (a div/mod per element); padding predicate, load and store included.
-_LOAD_INSTR = {"rows": 8, "flat": 20}
-#: Per staging pass: two barriers and the loop; and the latency of its global loads, which only
-#: the other resident blocks' compute hides (one barrier per pass in each block).
-_PASS_INSTR = 40
-_PASS_LATENCY_S = 0.6e-6
-_LAUNCH_S = 3e-6
-#: A tile that does not divide the output guards its loads and stores (measured 1.3x for the
-#: depthwise rule on an H200; assumed the same here).
-_PARTIAL_TILE_ISSUE_FACTOR = 1.3
-#: Issue efficiency against resident warps per scheduler (shared-load latency and the FMA
-#: dependency chains of a warp): ``min(1, base + per_warp * warps)``. Estimates, not measured.
-_ISSUE_EFFICIENCY = (0.75, 0.0625)
-_SCHEDULERS_PER_MULTIPROCESSOR = 4
-#: Registers besides the accumulators and the input window: addresses, counters, the epilogue.
-_REGISTER_BASE = 24
-_UNROLL_REGISTERS = 8
-
-
-def _registers(problem: ConvPoolProblem, cv: int, rows: int, cols: int, unroll: int) -> int:
-    """Registers per thread: the ``cv x rows x cols`` accumulators, the input window of one
-    channel (two, and a few more registers, when the channel loop is unrolled: the compiler loads
-    ahead), the ``cv`` weights of a tap and addressing. Fitted to ptxas (nvcc 13, sm_90, 3x3 conv,
-    2x2 pool, 37 tiles of 4 to 128 accumulators): within 2 for 64 accumulators and one channel per
-    step, the tiles the 128-register budget is about; tiles of 4 to 32 accumulators with unrolled
-    steps land between 21 below and 40 above (nvcc unrolls the channel loop further on its own and
-    ptxas hoists loads across it), far from any limit."""
-    win_rows, win_cols = problem.input_extent(rows, cols)
-    ahead = 0 if unroll == 1 else win_rows * win_cols + _UNROLL_REGISTERS
-    return cv * rows * cols + win_rows * win_cols + ahead + cv + _REGISTER_BASE
-
-
-def _divisors(value: int, limit: int) -> List[int]:
-    return [d for d in range(1, min(value, limit) + 1) if value % d == 0]
-
-
-def _splits(value: int, limit: int) -> List[int]:
-    """Threads along an axis of ``value`` items: its divisors, then ceil(value / k) and powers
-    of two, which leave a partial edge tile (guarded)."""
-    cands = set(_divisors(value, limit))
-    cands.update(math.ceil(value / k) for k in range(1, 9))
-    cands.update(1 << i for i in range(0, 11) if (1 << i) < value)
-    return sorted(c for c in cands if 1 <= c <= min(value, limit))
-
-
-def _load_plan(lines: int, line: int, threads: int) -> Tuple[Tuple[str, int], int]:
-    """How a block stages ``lines`` contiguous runs of ``line`` elements with ``threads`` threads:
-    ``((mode, lines per pass), issue slots per thread)``."""
-    per_pass = threads // line
-    if per_pass >= 1:
-        return ("rows", per_pass), math.ceil(lines / per_pass) * _LOAD_INSTR["rows"]
-    return ("flat", 0), math.ceil(lines * line / threads) * _LOAD_INSTR["flat"]
-
-
-def _pieces(length: int, width: int) -> List[Tuple[int, int]]:
-    """``(offset, width)`` of the vector loads covering ``length`` words from an address aligned
-    to ``width`` words (the compiler vectorises as far as alignment allows)."""
-    out, k = [], 0
-    while k < length:
-        w = width
-        while w > length - k or k % w:
-            w //= 2
-        out.append((k, w))
-        k += w
-    return out
-
-
-def _alignment(*strides: int) -> int:
-    """Vector width (words) the compiler can prove for addresses that step by ``strides``."""
-    g = 0
-    for stride in strides:
-        g = math.gcd(g, stride)
-    return next(w for w in (4, 2, 1) if g % w == 0)
-
-
-def _load_wavefronts(starts: Sequence[int], pieces: Sequence[Tuple[int, int]], banks: int) -> int:
-    """Shared-memory wavefronts of one warp reading ``pieces`` from per-lane word ``starts``:
-    per 32 lanes, as many as the most distinct words any bank holds (equal words are one
-    broadcast). So 32 lanes reading 16 distinct bytes each take at least 4, and a 128-bit
-    broadcast takes 1."""
-    total = 0
-    for offset, width in pieces:
-        for first in range(0, len(starts), banks):
-            words = {
-                s + k for s in starts[first:first + banks] for k in range(offset, offset + width)
-            }
-            total += max(collections.Counter(w % banks for w in words).values())
-    return total
-
-
-@functools.lru_cache(maxsize=None)
-def _row_reads(lanes: Tuple[Tuple[int, int], ...], step: Tuple[int, int], win_cols: int,
-               pitch: int) -> Tuple[int, int]:
-    """``(LDS instructions, wavefronts)`` of a warp whose lanes sit at ``lanes`` (thread row,
-    thread column) reading one row of their input windows from rows ``pitch`` words apart."""
-    starts = [i * step[0] * pitch + j * step[1] for i, j in lanes]
-    pieces = _pieces(win_cols, _alignment(pitch, step[1]))
-    return len(pieces), _load_wavefronts(starts, pieces, _BANKS)
-
-
-@functools.lru_cache(maxsize=None)
-def _input_reads(  # pylint: disable=too-many-arguments
-    warp: int, pht: int, pwt: int, step: Tuple[int, int], win_cols: int, in_cols: int,
-) -> Tuple[int, int, int]:
-    """How a warp reads one row of its threads' input windows: ``(row pitch, LDS instructions,
-    wavefronts)`` for the best pitch from ``in_cols`` up (the padding that removes bank conflicts
-    while keeping the rows vectorisable). ``step`` is the input offset between neighbouring
-    threads along H (rows) and W (columns)."""
-    lanes = tuple(((t % (pht * pwt)) // pwt, t % pwt) for t in range(warp))
-    best = None
-    align = _alignment(step[1])
-    for pitch in range(in_cols, in_cols + _BANKS):
-        if pitch != in_cols and pitch % align:
-            continue  # a pitch that breaks the rows' vector alignment
-        # Conflicts repeat with the pitch modulo the banks, alignment modulo 4.
-        instructions, wavefronts = _row_reads(lanes, step, win_cols, _BANKS + pitch % _BANKS)
-        cost = (wavefronts, instructions, pitch)
-        if best is None or cost < best:
-            best = cost
-    wavefronts, instructions, pitch = best  # type: ignore[misc]
-    return pitch, instructions, wavefronts
-
-
-@functools.lru_cache(maxsize=4096)
-def _weight_reads(
-    warp: int, group_lanes: int, group_stride: int, run: int, align: int
-) -> Tuple[int, int]:
-    """``(LDS instructions, wavefronts)`` of a warp reading one channel's ``run`` contiguous weights
-    per thread, where lanes of one channel group share the address and groups lie
-    ``group_stride`` words apart."""
-    starts = [(t // group_lanes) * group_stride for t in range(warp)]
-    pieces = _pieces(run, align)
-    return len(pieces), _load_wavefronts(starts, pieces, _BANKS)
-
-
-def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
-    problem: ConvPoolProblem,
-    limits: GPULimits,
-    config: "ConvPool.Config",
-    shape: Tuple[int, int, int, int, int, int],
-    chunk: int,
-) -> Optional[ConvPoolTile]:
-    """Cost one tile, or None when it breaks a limit.
-
-    ``shape`` is ``(CV, CT, PHV, PHT, PWV, PWT)`` and ``chunk`` the input channels per staging
-    pass. Per pass, a block's warps need ``max(issue, shared memory)`` slots of their
-    multiprocessor: issue counts the FMAs, the shared loads (vectorised by four) and the staging;
-    shared memory counts the wavefronts, where the lanes of a warp that share a pixel (input) or a
-    channel group (weights) read one broadcast. Issue runs at an efficiency that grows with the
-    resident warps. A pass also waits for its staging latency, which the other resident blocks'
-    compute hides. Blocks go to the multiprocessors in waves; the busiest one sets the time, which
-    DRAM traffic bounds from below; ``score`` is the fraction of FP32 peak.
-    """
-    cv, ct, phv, pht, pwv, pwt = shape
-    (kh, kw), (wh, ww) = problem.kernel, problem.window
-    threads = ct * pht * pwt
-    if threads % limits.warp_size or not config.min_threads <= threads <= config.max_threads:
-        return None
-    if threads > limits.max_threads_per_block:
-        return None
-    rows, cols = wh * phv, ww * pwv  # conv outputs per thread
-    acc = cv * rows * cols
-    taps = kh * kw
-    budget = min(config.max_registers, limits.max_registers_per_thread,
-                 limits.registers_per_multiprocessor // threads)
-    unrolls = [
-        u for u in _divisors(chunk, config.max_unroll)
-        if (u == 1 or u * taps * acc <= config.max_unrolled_fma)
-        and _registers(problem, cv, rows, cols, u) <= budget
-    ]
-    if acc > config.max_accumulators or not unrolls:
-        return None
-    unroll = unrolls[-1]
-    regs = _registers(problem, cv, rows, cols, unroll)
-    in_rows, in_cols = problem.input_extent(rows * pht, cols * pwt)
-    win_rows, win_cols = problem.input_extent(rows, cols)
-    (sh, sw) = problem.stride
-    pitch, in_instr, in_wavefronts = _input_reads(
-        limits.warp_size, pht, pwt, (rows * sh, cols * sw), win_cols, in_cols)
-    smem = problem.dtype_bytes * chunk * (in_rows * pitch + ct * cv * taps)
-    if smem > limits.shared_memory_bytes_per_block:
-        return None
-
-    blocks = (
-        problem.batch
-        * math.ceil(problem.out_channels / (ct * cv))
-        * math.ceil(problem.pooled[0] / (pht * phv))
-        * math.ceil(problem.pooled[1] / (pwt * pwv))
-    )
-    reg_alloc = int(math.ceil(regs / 8.0) * 8)
-    resident = min(
-        limits.max_threads_per_multiprocessor // threads,
-        limits.shared_memory_bytes_per_multiprocessor
-        // (smem + limits.shared_memory_reserved_bytes_per_block),
-        limits.max_blocks_per_multiprocessor,
-        limits.registers_per_multiprocessor // (threads * reg_alloc),
-    )
-    if resident < 1:
-        return None
-
-    # One staging pass of one block: issue and shared-memory slots of its multiprocessor.
-    warps = threads // limits.warp_size
-    input_load, input_instr = _load_plan(chunk * in_rows, in_cols, threads)
-    weight_load, weight_instr = _load_plan(ct * cv, chunk * taps, threads)
-    fma = chunk * taps * acc
-    # Per input channel: the window's rows, and each of the thread's channels' taps (vectorised
-    # over the unrolled channels' taps, as far as alignment allows).
-    w_instr, w_wavefronts = _weight_reads(
-        limits.warp_size, pht * pwt, cv * chunk * taps, unroll * taps,
-        _alignment(chunk * taps, unroll * taps))
-    lds_instr = chunk * (win_rows * in_instr + cv * w_instr / unroll)
-    issue = fma + lds_instr + input_instr + weight_instr + _PASS_INSTR
-    if (
-        problem.out_channels % (ct * cv)
-        or problem.pooled[0] % (pht * phv)
-        or problem.pooled[1] % (pwt * pwv)
-    ):
-        issue *= _PARTIAL_TILE_ISSUE_FACTOR
-    shared = _SLOTS_PER_WAVEFRONT * chunk * (win_rows * in_wavefronts + cv * w_wavefronts / unroll)
-    slots_per_s = limits.warp_instructions_per_s / limits.multiprocessor_count
-    per_sm = math.ceil(blocks / limits.multiprocessor_count)  # the busiest multiprocessor
-    resident_warps = min(resident, per_sm) * warps
-    efficiency = min(1.0, _ISSUE_EFFICIENCY[0] + _ISSUE_EFFICIENCY[1] * resident_warps
-                     / _SCHEDULERS_PER_MULTIPROCESSOR)
-    compute_s = warps * max(issue / efficiency, shared) / slots_per_s
-    passes = math.ceil(problem.in_channels / chunk)
-
-    def round_time(active: int) -> float:
-        return passes * max(active * compute_s, compute_s + _PASS_LATENCY_S)
-
-    time = (per_sm // resident) * round_time(resident)
-    if per_sm % resident:
-        time += round_time(per_sm % resident)
-    ph, pw = problem.pooled
-    dram_bytes = problem.dtype_bytes * problem.batch * (
-        problem.in_channels * (ph * wh * sh) * (pw * ww * sw) + problem.out_channels * ph * pw
-    )
-    time = max(time, dram_bytes / limits.dram_bytes_per_s) + _LAUNCH_S
-    peak = limits.warp_instructions_per_s * 2 * limits.warp_size
-    return ConvPoolTile(
-        channels_per_thread=cv,
-        thread_channels=ct,
-        window_rows=phv,
-        thread_rows=pht,
-        window_cols=pwv,
-        thread_cols=pwt,
-        chunk=chunk,
-        unroll=unroll,
-        threads=threads,
-        blocks=blocks,
-        blocks_per_multiprocessor=resident,
-        shared_bytes=smem,
-        registers_estimate=regs,
-        accumulators=acc,
-        input_load=input_load,
-        weight_load=weight_load,
-        row_pitch=pitch,
-        lds_per_fma=lds_instr / fma,
-        wavefronts_per_fma=shared / _SLOTS_PER_WAVEFRONT / fma,
-        time_s=time,
-        score=problem.flops / peak / time,
-    )
-
-
-def rank_tiles(
-    problem: ConvPoolProblem, limits: GPULimits, config: "ConvPool.Config"
-) -> List[ConvPoolTile]:
-    """The tiles allowed by ``limits`` and ``config``, best first (see :func:`evaluate_tile`).
-
-    Channels per thread and chunks divide the channel counts; threads per pooled axis are its
-    divisors or leave a guarded edge tile (costed). Scores within 0.005 tie (the model is not
-    finer than that); ties go to fewer shared loads, then wavefronts, per FMA, then to fewer
-    passes (larger chunks), fewer registers and fewer threads.
-    """
-    (ph, pw), c_out = problem.pooled, problem.out_channels
-    (wh, ww), warp = problem.window, limits.warp_size
-    max_threads = min(config.max_threads, limits.max_threads_per_block)
-    chunks = _divisors(problem.in_channels, config.max_chunk)
-    ranked = []
-    for cv, phv, pwv in itertools.product(
-        _divisors(c_out, config.max_channels_per_thread),
-        range(1, min(ph, 4) + 1),
-        range(1, min(pw, 4) + 1),
-    ):
-        if cv * wh * phv * ww * pwv > config.max_accumulators:
-            continue
-        for ct in _divisors(c_out // cv, max_threads):
-            for pht in _splits(math.ceil(ph / phv), max_threads // ct):
-                for pwt in _splits(math.ceil(pw / pwv), max_threads // (ct * pht)):
-                    threads = ct * pht * pwt
-                    if threads % warp or threads < config.min_threads:
-                        continue
-                    for chunk in chunks:
-                        shape = (cv, ct, phv, pht, pwv, pwt)
-                        tile = evaluate_tile(problem, limits, config, shape, chunk)
-                        if tile is not None:
-                            key = (round(tile.score, 2), -tile.lds_per_fma,
-                                   -tile.wavefronts_per_fma, tile.chunk,
-                                   -tile.registers_estimate, -tile.threads)
-                            ranked.append((key, tile))
-    ranked.sort(key=lambda item: item[0], reverse=True)
-    return [tile for _, tile in ranked]
-
-
 # ---- the schedule ----------------------------------------------------------------------------
 def _cooperative(sch: s_tir.Schedule, loops: list, plan: Tuple[str, int], threads: int) -> None:
     """Spread a staging block's ``loops`` (lines ..., then the contiguous run) over the threads."""
@@ -895,7 +451,7 @@ def _schedule(  # pylint: disable=too-many-arguments,too-many-locals
     _, in_cols = problem.input_extent(tile_rows, tile_cols)
     ndim = len(sch.get(pad).writes[0].region)
     if tile.row_pitch != in_cols:
-        sch.storage_align(pad, 0, ndim - 2, _BANKS, tile.row_pitch % _BANKS)
+        sch.storage_align(pad, 0, ndim - 2, BANKS, tile.row_pitch % BANKS)
     _cooperative(sch, sch.get_loops(pad)[-4:], tile.input_load, tile.threads)
     weight = sch.cache_read(conv, problem.weight_read_index, "shared")
     sch.compute_at(weight, rc_o, preserve_unit_loops=True)

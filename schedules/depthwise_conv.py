@@ -32,11 +32,10 @@ from typing import List, Optional, Tuple
 from tvm import s_tir, tirx
 from tvm.runtime import DataType
 from tvm.s_tir.dlight.analysis import get_root_block
-from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from .common import (GPULimits, allocated_shared_bytes, const_int, gpu_limits, is_plain_spatial,
+from .common import (GPULimits, TiledScheduleRule, const_int, is_plain_spatial,
                      is_reduction, linear_coefficients, mac_operands, only_coefficients, trivially_bound,
                      var_position)
 
@@ -96,7 +95,7 @@ class DepthwiseTile:  # pylint: disable=too-many-instance-attributes
         return self.thread_rows * self.rows_per_thread
 
 
-class DepthwiseConv(GPUScheduleRule):
+class DepthwiseConv(TiledScheduleRule):
     """Depthwise conv2d (NCHW, weights [C, 1, KH, KW]) + element-wise epilogue, tiled in shared memory.
 
     Returns ``None`` for any PrimFunc that is not exactly one such convolution (with an optional
@@ -155,55 +154,21 @@ class DepthwiseConv(GPUScheduleRule):
             return DepthwiseConv.Config(min_threads=64, max_threads=256, sector_bytes=64)
         return DepthwiseConv.Config()
 
-    # ---- the rule ------------------------------------------------------------------------------
-    def apply(
-        self,
-        func: tirx.PrimFunc,
-        target: Target,
-        _: bool,
-    ) -> Optional[s_tir.Schedule]:
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
-        planned = self._schedule_best(func, target)
-        return None if planned is None else planned[2]
+    # ---- the rule: TiledScheduleRule calls these three -----------------------------------------
+    @staticmethod
+    def match(sch, config):
+        """``(problem, *blocks)`` of the pattern in ``sch`` (surroundings inlined), or None."""
+        return _match_and_inline(sch, config)
 
-    def plan(
-        self, func: tirx.PrimFunc, target: Target
-    ) -> Optional[Tuple[DepthwiseProblem, DepthwiseTile]]:
-        """The problem the rule sees in ``func`` and the tile it uses, or ``None``."""
-        planned = self._schedule_best(func, target)
-        return None if planned is None else planned[:2]
+    @staticmethod
+    def rank(problem, limits, config):
+        """Tiles for ``problem``, best first."""
+        return rank_tiles(problem, limits, config)
 
-    def _schedule_best(
-        self, func: tirx.PrimFunc, target: Target
-    ) -> Optional[Tuple[DepthwiseProblem, DepthwiseTile, s_tir.Schedule]]:
-        config = self.get_config(target)
-
-        # Step 1. Match the depthwise convolution and inline everything around it.
-        matched = _match_and_inline(s_tir.Schedule(func), config)
-        if matched is None:
-            return None
-
-        # Step 2. Rank the tiles on the hardware profile.
-        tiles = rank_tiles(matched[0], gpu_limits(target), config)
-
-        # Step 3. Schedule the best tile whose shared buffer TVM compacts to the planned size;
-        # failing that, the first whose compacted buffer still fits a block.
-        limits = gpu_limits(target)
-        fallback = None
-        for tile in tiles[: config.max_attempts]:
-            sch = s_tir.Schedule(func)
-            problem, conv, pad, epilogue = _match_and_inline(sch, config)  # type: ignore[misc]
-            try:
-                _schedule(sch, problem, tile, conv, pad, epilogue)
-            except ScheduleError:
-                continue
-            allocated = allocated_shared_bytes(sch.mod["main"])
-            if allocated <= tile.shared_bytes:
-                return problem, tile, sch
-            if fallback is None and allocated <= limits.shared_memory_bytes_per_block:
-                fallback = (problem, dataclasses.replace(tile, shared_bytes=allocated), sch)
-        return fallback
+    @staticmethod
+    def schedule(sch, problem, tile, *blocks):
+        """Apply ``tile`` to the matched blocks."""
+        _schedule(sch, problem, tile, *blocks)
 
 
 def _match_and_inline(  # pylint: disable=too-many-branches

@@ -35,7 +35,8 @@ from tvm_fusion_hw.models import build, example_inputs
 from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
-from tvm_fusion_hw.schedules.conv_pool import ConvPool, evaluate_tile, rank_tiles, supports_pair
+from tvm_fusion_hw.schedules.conv_pool import ConvPool, supports_pair
+from tvm_fusion_hw.schedules.conv_pool_tiles import evaluate_tile, rank_tiles
 from tvm_fusion_hw.schedules.depthwise_conv import DepthwiseConv
 
 H200 = "nvidia-h200"
