@@ -24,8 +24,7 @@ import re
 import numpy as np
 import pytest
 import tvm
-import tvm_ffi
-from tvm import relax, tirx
+from tvm import relax
 
 import tvm_fusion_hw as hw
 import tvm_fusion_hw.schedules as hw_schedules
@@ -38,6 +37,7 @@ from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
 from tvm_fusion_hw.schedules.conv_pool import ConvPool, supports_pair
 from tvm_fusion_hw.schedules.conv_pool_tiles import evaluate_tile, rank_tiles
 from tvm_fusion_hw.schedules.depthwise_conv import DepthwiseConv
+from tir_checks import cuda_source, prim_funcs, run_llvm, serial
 
 H200 = "nvidia-h200"
 LLVM = tvm.target.Target({"kind": "llvm"})
@@ -49,10 +49,6 @@ PAIR_KNOBS = dict(pair_templates=("conv->window", "pointwise_conv->window"), poo
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-def prim_funcs(mod):
-    return {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
-
-
 def conv_relu_pool_funcs(batch, target_name=H200):
     target = hw.target(target_name)
     fuse = hw.HardwareAwareFuseOps(target, pair_templates=("conv->window",))
@@ -84,26 +80,6 @@ def fused_pool_func(target_name=H200, knobs=None, **case):
     return pools[0]
 
 
-def serial(func):
-    """The scheduled PrimFunc with its thread loops made serial, so that LLVM can run it (and its
-    unrolled loops too, which only saves LLVM compile time)."""
-
-    def post(loop):
-        if loop.kind in (tirx.ForKind.THREAD_BINDING, tirx.ForKind.UNROLLED):
-            return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.SERIAL, loop.body,
-                            None, loop.annotations)
-        return loop
-
-    return tvm_ffi.structural_map(func, (tirx.For, post))
-
-
-def run_llvm(func, args):
-    ex = tvm.compile(tvm.IRModule({"k": func.with_attr("global_symbol", "k")}), target=LLVM)
-    tensors = [tvm.runtime.tensor(a) for a in args]
-    ex["k"](*tensors)
-    return tensors[-1].numpy()
-
-
 def assert_schedule_preserves_numerics(func, sch, seed=0):
     assert sch is not None
     rng = np.random.default_rng(seed)
@@ -128,16 +104,6 @@ def compile_conv_relu_pool(target, monkeypatch, batch=1, rule=True, knobs=None):
     mod = import_onnx(build("conv_relu_pool", batch=batch), keep_params_in_input=True)
     relax_pipeline = pipeline(target, monkeypatch, rule, knobs)
     return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
-
-
-def cuda_source(ex):
-    def walk(m):
-        out = [m]
-        for i in m.imports:
-            out += walk(i)
-        return out
-
-    return "\n".join(m.inspect_source("") for m in walk(ex.mod) if m.kind == "cuda")
 
 
 def kernels_of(source, group):

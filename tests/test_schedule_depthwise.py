@@ -38,6 +38,7 @@ from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.pipeline import _backend
 from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
 from tvm_fusion_hw.schedules.depthwise_conv import DepthwiseConv
+from tir_checks import cuda_source, prim_funcs, run_llvm, serial
 
 H200 = "nvidia-h200"
 LLVM = tvm.target.Target({"kind": "llvm"})
@@ -85,10 +86,6 @@ def pipeline(target, rule=True):
     return _pipeline
 
 
-def prim_funcs(mod):
-    return {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
-
-
 def _blocks(func):
     found = []
     tvm_ffi.structural_walk(func, [(s_tir.SBlock, found.append)], order="post")
@@ -114,25 +111,6 @@ def is_depthwise_kernel(func):
     return False
 
 
-def serial(func):
-    """The scheduled PrimFunc with its thread loops made serial, so that LLVM can run it."""
-
-    def post(loop):
-        if loop.kind == tirx.ForKind.THREAD_BINDING:
-            return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.SERIAL, loop.body,
-                            None, loop.annotations)
-        return loop
-
-    return tvm_ffi.structural_map(func, (tirx.For, post))
-
-
-def run_llvm(func, args):
-    ex = tvm.compile(tvm.IRModule({"k": func.with_attr("global_symbol", "k")}), target=LLVM)
-    tensors = [tvm.runtime.tensor(a) for a in args]
-    ex["k"](*tensors)
-    return tensors[-1].numpy()
-
-
 def assert_schedule_preserves_numerics(func, target, seed=0):
     sch = DepthwiseConv().apply(func, target, False)
     assert sch is not None
@@ -144,16 +122,6 @@ def assert_schedule_preserves_numerics(func, target, seed=0):
     ours = run_llvm(serial(sch.mod["main"]), [a.copy() for a in args])
     assert np.isfinite(ours).all()
     np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5)
-
-
-def cuda_source(ex):
-    def walk(m):
-        out = [m]
-        for i in m.imports:
-            out += walk(i)
-        return out
-
-    return "\n".join(m.inspect_source("") for m in walk(ex.mod) if m.kind == "cuda")
 
 
 def nvcc_path():
