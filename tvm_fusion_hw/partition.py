@@ -1,15 +1,21 @@
 """Partition a dataflow graph into fusion groups, asking the policy at every step.
 
-Three phases, each a walk over the graph that proposes merges to :class:`FusionPolicy`:
+The phases, each a walk over the graph that proposes merges to :class:`FusionPolicy`:
 
-0. Epilogues, in topological order: a complex op (convolution, matmul, pooling, reduction) takes
-   the element-wise ops that consume its output, one at a time, while the policy agrees.
-1. Complex pairs: a group anchored by a complex op whose whole output feeds one other complex
+0. Projections: a TupleGetItem joins the call it reads (batch_norm returns a tuple).
+1. Epilogues, in topological order: a complex op (convolution, matmul, pooling, reduction) takes
+   the element-wise ops that consume its output, one at a time, while the policy agrees; also
+   ops TVM annotates injective when the TIR shows them element-wise in that output (inference
+   batch_norm), which stock FuseOps stops at.
+2. Complex pairs: a group anchored by a complex op whose whole output feeds one other complex
    group (conv -> pool, depthwise -> pointwise) merges with it where the policy finds the
-   intermediate tile fits shared memory and occupancy holds. Stock TVM never does this.
-2. Chains and prologues, in reverse topological order: an element-wise or injective op joins the
+   intermediate tile fits and occupancy holds, and a schedule template takes the pair. Stock TVM
+   never does this.
+3. Chains, prologues and scalar operands, in reverse topological order: a light group joins the
    group that consumes all of its output when that group is a chain of the same kind (a
-   memory-bound chain) or a reduction (the op is computed inside the reduction's loads).
+   memory-bound chain), a reduction (computed inside its loads), or when it only makes scalars.
+4. Epilogues again: a chain that fans out and joins again (GELU reads x twice) is one group only
+   after phase 3.
 
 A producer only ever joins a group that consumes all of its outputs, and no group's value leaves
 and re-enters it, so every group stays convex and the grouped module stays acyclic.
@@ -20,13 +26,13 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Set
 
 from .analysis import CONTRACTIONS, ROW_REDUCE, GraphCosts, describe, tensor_elements
+from .decisions import Decision
+from .graph import BROADCAST, INJECTIVE, OPAQUE, DataflowGraph
+from .policy import FusionPolicy, GroupView
 
 #: a light group whose every value has at most this many elements is recomputed inside its
 #: consumer's kernel rather than launched on its own (a launch costs microseconds; this is nothing)
 SCALAR_OPERAND_ELEMENTS = 1
-from .decisions import Decision
-from .graph import BROADCAST, INJECTIVE, OPAQUE, DataflowGraph
-from .policy import FusionPolicy, GroupView
 
 
 class Partition:
@@ -39,6 +45,7 @@ class Partition:
         self.group_of: List[int] = [node.index for node in graph.nodes]
         self.members: Dict[int, List[int]] = {node.index: [node.index] for node in graph.nodes}
         self.decisions: List[Decision] = []
+        self._asked: Set[tuple] = set()  # (producer, consumer) member sets already decided
 
     # ---- group queries ---------------------------------------------------------------------
     def label(self, members: List[int]) -> str:
@@ -79,7 +86,12 @@ class Partition:
 
     # ---- merging ---------------------------------------------------------------------------
     def propose(self, rule_fn, producer: int, consumer: int) -> bool:
-        """Ask the policy about merging group ``producer`` into group ``consumer``; merge if yes."""
+        """Ask the policy about merging group ``producer`` into group ``consumer``; merge if yes.
+        The same question is asked once: a later phase does not repeat a refusal."""
+        question = (tuple(self.members[producer]), tuple(self.members[consumer]))
+        if question in self._asked:
+            return False
+        self._asked.add(question)
         merged = self.members[producer] + self.members[consumer]
         views = self.view(self.members[producer]), self.view(self.members[consumer]), self.view(merged)
         # A group the feedback loop measured and split must not re-form, whatever the rules say.
@@ -98,9 +110,7 @@ class Partition:
         self._epilogues()
         self._complex_pairs()
         self._chains()
-        # A chain that fans out and joins again (GELU reads x twice) only becomes one group in
-        # the chain phase; offer it to the complex op before it now.
-        self._epilogues()
+        self._epilogues()  # phase 4: fan-out chains formed in phase 3
         return self
 
     def _attach_projections(self) -> None:
@@ -176,7 +186,7 @@ class Partition:
         """A light group that only makes a few scalars (a clip bound, an epsilon)."""
         outputs = [self.graph.nodes[i] for i in self.members[gid]]
         return self.max_pattern(gid) <= INJECTIVE and all(
-            tensor_elements(node.var.ty) <= SCALAR_OPERAND_ELEMENTS for node in outputs)
+            0 <= tensor_elements(node.var.ty) <= SCALAR_OPERAND_ELEMENTS for node in outputs)
 
     def _is_reduction_group(self, gid: int) -> bool:
         kinds = {self.costs.node_info[i].kind for i in self.members[gid]}
