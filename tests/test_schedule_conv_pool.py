@@ -37,7 +37,7 @@ from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
 from tvm_fusion_hw.schedules.conv_pool import ConvPool, supports_pair
 from tvm_fusion_hw.schedules.conv_pool_tiles import evaluate_tile, rank_tiles
 from tvm_fusion_hw.schedules.depthwise_conv import DepthwiseConv
-from tir_checks import cuda_source, prim_funcs, run_llvm, serial
+from tir_checks import assert_schedule_preserves_numerics, cuda_source, prim_funcs
 
 H200 = "nvidia-h200"
 LLVM = tvm.target.Target({"kind": "llvm"})
@@ -78,18 +78,6 @@ def fused_pool_func(target_name=H200, knobs=None, **case):
     pools = [f for n, f in funcs.items() if "pool" in n]
     assert len(pools) == 1, list(funcs)
     return pools[0]
-
-
-def assert_schedule_preserves_numerics(func, sch, seed=0):
-    assert sch is not None
-    rng = np.random.default_rng(seed)
-    shapes = [[int(d) for d in p.ty.shape] for p in func.params]
-    args = [rng.standard_normal(s).astype("float32") for s in shapes[:-1]]
-    args.append(np.full(shapes[-1], np.nan, "float32"))  # every output must be written
-    ref = run_llvm(func, [a.copy() for a in args])
-    ours = run_llvm(serial(sch.mod["main"]), [a.copy() for a in args])
-    assert np.isfinite(ours).all()
-    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5)
 
 
 def pipeline(target, monkeypatch, rule=True, knobs=None):

@@ -38,7 +38,7 @@ from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.pipeline import _backend
 from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
 from tvm_fusion_hw.schedules.depthwise_conv import DepthwiseConv
-from tir_checks import cuda_source, prim_funcs, run_llvm, serial
+from tir_checks import assert_schedule_preserves_numerics, cuda_source, prim_funcs
 
 H200 = "nvidia-h200"
 LLVM = tvm.target.Target({"kind": "llvm"})
@@ -111,17 +111,8 @@ def is_depthwise_kernel(func):
     return False
 
 
-def assert_schedule_preserves_numerics(func, target, seed=0):
-    sch = DepthwiseConv().apply(func, target, False)
-    assert sch is not None
-    rng = np.random.default_rng(seed)
-    shapes = [[int(d) for d in p.ty.shape] for p in func.params]
-    args = [rng.standard_normal(s).astype("float32") for s in shapes[:-1]]
-    args.append(np.full(shapes[-1], np.nan, "float32"))  # every output must be written
-    ref = run_llvm(func, [a.copy() for a in args])
-    ours = run_llvm(serial(sch.mod["main"]), [a.copy() for a in args])
-    assert np.isfinite(ours).all()
-    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5)
+def assert_rule_preserves_numerics(func, target, seed=0):
+    assert_schedule_preserves_numerics(func, DepthwiseConv().apply(func, target, False), seed)
 
 
 def nvcc_path():
@@ -263,7 +254,7 @@ def test_mobilenet_schedules_compute_the_same(mobilenet_fused, h200):
     funcs = mobilenet_fused[(1, "ours")]
     for name, f in funcs.items():
         if is_depthwise_kernel(f):
-            assert_schedule_preserves_numerics(f, h200)
+            assert_rule_preserves_numerics(f, h200)
 
 
 @pytest.mark.parametrize("case", [
@@ -276,7 +267,7 @@ def test_mobilenet_schedules_compute_the_same(mobilenet_fused, h200):
     dict(c=8, hw_=14, k=1),  # a 1x1 window is still a depthwise conv (a per-channel scale)
 ])
 def test_synthetic_variants(h200, case):
-    assert_schedule_preserves_numerics(synthetic(**case), h200)
+    assert_rule_preserves_numerics(synthetic(**case), h200)
 
 
 # ---- tiles within each target's limits -----------------------------------------------------------
