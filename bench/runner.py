@@ -5,15 +5,18 @@ Needs Python 3.12 (or whatever the bundle carries a tvm-ffi wheel for) and numpy
 weights), torch/torchvision (PyTorch columns) and matplotlib (plot) when importable.
 
     python run.py --out results [--models mobilenet_v2 ...] [--device cuda|cpu] [--repeat 20]
+                  [--kernel-profile]
 
 Per model x batch: rebuild the seeded weights, run ``main_transform_params`` once and ``main`` on
 seeded inputs for every library, check each against stock, time ``main`` with the VM's
 time_evaluator (median of repeats, warm-up excluded), then PyTorch eager / compile / compile with
 CUDA graphs (fp32, TF32 off). Writes results.json (after every entry), results.md, results.png.
+With --kernel-profile, after timing each library without CUDA graphs, times its kernels one by one
+(see profile_kernels) into results.json and kernels.md.
 """
 
 import argparse, atexit, ctypes, glob, hashlib, json, lzma, math, os, platform  # noqa: E401
-import shutil, statistics, subprocess, sys, tempfile, time, zipfile  # noqa: E401
+import shutil, statistics, struct, subprocess, sys, tempfile, time, zipfile  # noqa: E401
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +28,7 @@ COLUMNS = [("stock", "stock"), ("hw", "hw"), ("stock_graph", "stock+graph"), ("h
 NVCC_FLAGS = ["-O3", *[f"-U__CUDA_NO_{t}_{w}__" for t in ("HALF", "BFLOAT16", "BFLOAT162")
                        for w in ("OPERATORS", "CONVERSIONS")], "--expt-relaxed-constexpr",
               "--expt-extended-lambda", "--use_fast_math", "--ptxas-options=--register-usage-level=10"]
+TOP_KERNELS = 25  # kernels listed per library by --kernel-profile (the total counts them all)
 
 
 def log(msg):
@@ -193,8 +197,41 @@ def to_numpy(value):
     return [a for v in value for a in to_numpy(v)]
 
 
-def run_variant(tvm, path, dev, weights, inputs, args):
-    """Load one library, transform the weights once, run main; return (outputs, median s, all s)."""
+def profile_kernels(tvm, vm, dev, feed, args):
+    """Per-kernel time of ``main``: record each kernel call of one run (a VM instrument), then time
+    every distinct kernel alone on the arguments of its first call (time_evaluator: CUDA events on
+    a GPU). TVM 0.27 has no VM profiler (no ``profile=True``, no tvm.runtime.profiling).
+
+    Returns {"total_us", "calls", "distinct", "top": [{"name", "us", "calls", "us_per_call"}]},
+    ``us`` summed over calls, largest first, the first TOP_KERNELS of them.
+    """
+    calls = {}  # symbol -> [function, arguments of its first call, number of calls]
+
+    def instrument(func, symbol, before, _ret, *fargs):
+        if before and callable(func) and not symbol.startswith("vm.builtin."):
+            calls.setdefault(symbol, [func, fargs, 0])[2] += 1
+        return 0  # VMInstrumentReturnKind.NO_OP
+
+    vm.set_instrument(instrument)
+    vm["main"](*feed)
+    evaluator = tvm.get_global_func("runtime.RPCTimeEvaluator")
+    repeat, min_ms = max(1, min(args.repeat, 5)), min(args.min_repeat_ms, 10)
+    rows = []
+    for symbol, (func, fargs, count) in calls.items():
+        tvm.register_global_func("tvm_fusion_hw.profiled_kernel", func, override=True)
+        timer = evaluator(None, "tvm_fusion_hw.profiled_kernel", dev.dlpack_device_type(), dev.index,
+                          1, repeat, min_ms, 100, 0, 1, 0, "")
+        per_call = statistics.median(struct.unpack(f"@{repeat}d", bytes(timer(*fargs)))) * 1e6
+        rows.append({"name": symbol, "us": round(per_call * count, 3), "calls": count,
+                     "us_per_call": round(per_call, 3)})
+    rows.sort(key=lambda r: -r["us"])
+    return {"total_us": round(sum(r["us"] for r in rows), 3), "calls": sum(r["calls"] for r in rows),
+            "distinct": len(rows), "top": rows[:TOP_KERNELS]}
+
+
+def run_variant(tvm, path, dev, weights, inputs, args, profile=False):
+    """Load one library, transform the weights once, run main; return (outputs, median s, all s,
+    kernels): with ``profile``, profile_kernels' result (or its error) after the timing, else None."""
     lib = tvm.runtime.load_module(str(path))
     vm = tvm.runtime.vm.VirtualMachine(lib, dev)
     params = []
@@ -206,7 +243,13 @@ def run_variant(tvm, path, dev, weights, inputs, args):
     timer = vm.time_evaluator("main_saved", dev, number=args.number, repeat=args.repeat,
                               min_repeat_ms=args.min_repeat_ms)
     res = timer()
-    return outputs, float(res.median), [float(r) for r in res.results]
+    kernels = None
+    if profile:
+        try:
+            kernels = profile_kernels(tvm, vm, dev, feed, args)
+        except Exception as err:  # pylint: disable=broad-except
+            kernels = {"error": f"{type(err).__name__}: {str(err)[-500:]}"}
+    return outputs, float(res.median), [float(r) for r in res.results], kernels
 
 
 def compare(ref, out):
@@ -313,6 +356,9 @@ def bench_entry(tvm, bundle, entry, dev, args, tmp):
     """Everything for one model x batch; failures become row['errors'] and the rest continues."""
     row = {k: entry[k] for k in ("model", "batch", "flops", "bytes", "roofline_s")}
     row.update(times_s={}, all_times_s={}, errors={}, accuracy={}, notes=[])
+    row["groups"] = {"hw": entry.get("hw_groups"), **{v["name"]: v["groups"] for v in entry["variants"]
+                                                      if "groups" in v}}
+    row["knobs"] = {v["name"]: v["knobs"] for v in entry["variants"] if "knobs" in v}
     weights, row["weights"] = rebuild_weights(bundle, entry)
     inputs = make_inputs(entry)
     ref = None
@@ -320,9 +366,15 @@ def bench_entry(tvm, bundle, entry, dev, args, tmp):
         key = variant["name"]
         if variant["cuda_graph"] and args.no_graph:
             continue
+        profile = args.kernel_profile and not variant["cuda_graph"]
         try:
-            outs, med, runs = run_variant(tvm, library_path(bundle, variant, tmp), dev, weights, inputs, args)
+            outs, med, runs, kernels = run_variant(tvm, library_path(bundle, variant, tmp), dev, weights,
+                                                   inputs, args, profile)
             row["times_s"][key], row["all_times_s"][key] = med, runs
+            if kernels and "error" in kernels:
+                row["errors"][f"{key} kernels"] = kernels["error"]
+            elif kernels:
+                row.setdefault("kernels", {})[key] = kernels
             if key == "stock" or ref is None:
                 ref, row["reference"] = outs, key
             max_abs, rel = compare(ref, outs)
@@ -410,12 +462,64 @@ def write_markdown(results, path):
         eff = [f"{row['efficiency'][k] * 100:.3g}%" if k in row["efficiency"] else "-" for k, _ in COLUMNS]
         lines.append(f"| {row['model']} | {row['batch']} | {row['flops'] / 1e9:.3f} | "
                      f"{row['bytes'] / 1e6:.1f} | {row['roofline_s'] * 1e6:.1f} | " + " | ".join(eff) + " |")
+    lines += variants_table(results["rows"])
     problems = [f"- {r['model']} b{r['batch']} {k}: {v}" for r in results["rows"]
                 for k, v in (r.get("errors") or {}).items()]
     problems += [f"- {r['model']} b{r['batch']}: {r['error']}" for r in results["rows"] if "error" in r]
     notes = sorted({n for r in results["rows"] for n in r.get("notes", [])})
     notes += [f"{r['model']} b{r['batch']}: {r['weights']}" for r in results["rows"] if r.get("weights")]
     lines += ["", "## Errors", ""] + (problems or ["none"]) + ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def variants_table(rows):
+    """Lines of results.md's table of the bundle's extra variants (none: no lines)."""
+    out = []
+    for row in rows:
+        hw_ms = row.get("times_s", {}).get("hw")
+        for key, knobs in (row.get("knobs") or {}).items():
+            t, acc, groups = row["times_s"].get(key), row["accuracy"].get(key), row.get("groups", {})
+            text = ", ".join(f"{k}={'+'.join(v) if isinstance(v, list) else v}" for k, v in knobs.items())
+            ratio = f"{t / hw_ms:.2f}x" if t and hw_ms else "-"
+            err = f"{acc['rel_l2']:.1e}" + ("" if acc["ok"] else " FAIL") if acc else "-"
+            out.append(f"| {row['model']} | {row['batch']} | {key} | {text} | {groups.get('hw', '-')} / "
+                       f"{groups.get(key, '-')} | {_ms(row, 'stock')} | {_ms(row, 'hw')} | {_ms(row, key)} | "
+                       f"{ratio} | {err} |")
+    if not out:
+        return []
+    return ["", "## Variants", "", "Extra libraries: the hw pipeline with other knobs (bundle --variant), "
+            "checked against stock. variant/hw = variant time / hw time (above 1: hw's grouping is faster).",
+            "", "| model | batch | variant | knobs | groups of main (hw / variant) | stock | hw | variant "
+            "| variant/hw | rel L2 vs stock |",
+            "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |", *out]
+
+
+def write_kernels(results, path):
+    """kernels.md: per model x batch and library, the kernels that take the time (--kernel-profile)."""
+    sysinfo = results["system"]
+    lines = [f"# Time per kernel ({sysinfo.get('gpu') or sysinfo['device']}, {sysinfo['date']})", "",
+             "Each distinct kernel of one run of `main`, timed alone on the arguments it had there "
+             "(time_evaluator median; CUDA events on a GPU). us = time per call x calls; share of the sum "
+             "over all kernels. End-to-end minus the sum is the VM's and the launches' overhead, less what "
+             "kernels timed alone gain from warm caches.", ""]
+    for row in results["rows"]:
+        kernels = row.get("kernels") or {}
+        if kernels:
+            lines += [f"## {row['model']} b{row['batch']}", ""]
+        for key in sorted(kernels, key=lambda k: (k != "hw", k != "stock", k)):
+            prof, e2e = kernels[key], row["times_s"].get(key)
+            total, top = prof["total_us"], prof["top"]
+            lines += [f"### {key}: {prof['calls']} kernel calls ({prof['distinct']} distinct), sum "
+                      f"{total:.2f} us" + (f", end-to-end {e2e * 1e6:.2f} us" if e2e else ""), "",
+                      "| kernel | calls | us | share |", "| --- | ---: | ---: | ---: |"]
+            lines += [f"| `{k['name']}` | {k['calls']} | {k['us']:.2f} | {k['us'] / max(total, 1e-9):.1%} |"
+                      for k in top]
+            if prof["distinct"] > len(top):
+                rest = total - sum(k["us"] for k in top)
+                lines.append(f"| {prof['distinct'] - len(top)} other kernels | "
+                             f"{prof['calls'] - sum(k['calls'] for k in top)} | {rest:.2f} | "
+                             f"{rest / max(total, 1e-9):.1%} |")
+            lines += [f"| sum | {prof['calls']} | {total:.2f} | 100% |", ""]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -483,6 +587,8 @@ def main(argv=None):
     ap.add_argument("--torch", nargs="*", dest="torch_modes", default=["eager", "compile", "compile_graphs"],
                     help="PyTorch columns to time (none: --torch)")
     ap.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph libraries")
+    ap.add_argument("--kernel-profile", action="store_true",
+                    help="after timing, time each kernel of every library without CUDA graphs (kernels.md)")
     ap.add_argument("--cuda-compiler", choices=("auto", "bundle", "nvrtc", "nvcc"), default="auto",
                     help="auto: the bundle's prebuilt binaries, else NVRTC, else nvcc")
     ap.add_argument("--time-budget", type=float, help="seconds: start no new model x batch after this")
@@ -532,6 +638,8 @@ def main(argv=None):
             row.setdefault("notes", []).append(note)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     write_markdown(results, out / "results.md")
+    if any(r.get("kernels") for r in results["rows"]):
+        write_kernels(results, out / "kernels.md")
     log(f"wrote {out / 'results.md'}")
     tvm_keys = {v["name"] for e in entries for v in e.get("variants", [])}
     bad = [r for r in results["rows"] if "error" in r or tvm_keys & set(r.get("errors", {}))

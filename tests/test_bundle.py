@@ -10,6 +10,7 @@ import importlib.util
 import json
 import lzma
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,10 +21,12 @@ import pytest
 import tvm
 
 from tvm_fusion_hw import bundle, stock_pipeline, target, toolchain
+from tvm_fusion_hw.bundle_variants import parse_variant, parse_variants, pipeline_knobs
 from tvm_fusion_hw.errors import FusionHWError
 
 PYVER = f"{sys.version_info.major}.{sys.version_info.minor}"
 MODELS = ["relu_add_mul", "eltwise5"]  # with and without weights
+SPLIT = "eltwise5_split:eltwise5:max_depth=1"  # an extra variant: every op its own kernel
 
 
 def _write(out, **kwargs):
@@ -38,7 +41,7 @@ def _write(out, **kwargs):
 @pytest.fixture(scope="module")
 def llvm_bundle(tmp_path_factory):
     out = tmp_path_factory.mktemp("bundle")
-    manifest = _write(out, models=MODELS, batches=[1], target="llvm")
+    manifest = _write(out, models=MODELS, batches=[1], target="llvm", variants=[SPLIT])
     return out, manifest
 
 
@@ -91,7 +94,7 @@ def test_bundle_layout(llvm_bundle):
 def test_runner_runtime_only(llvm_bundle, tmp_path):
     out, _ = llvm_bundle
     results = tmp_path / "results"
-    done = _run(out, results, _isolated_env(tmp_path))
+    done = _run(out, results, _isolated_env(tmp_path), "--kernel-profile")
     assert done.returncode == 0, done.stderr[-3000:]
     res = json.loads((results / "results.json").read_text())
     system = res["system"]
@@ -106,6 +109,21 @@ def test_runner_runtime_only(llvm_bundle, tmp_path):
     assert "seeded random" in rows["relu_add_mul"]["weights"]  # no onnx on the isolated path
     table = (results / "results.md").read_text()
     assert "| relu_add_mul | 1 |" in table and "hw/stock" in table
+    # The extra variant is checked and timed, and listed in its own table.
+    split = rows["eltwise5"]
+    assert split["accuracy"]["eltwise5_split"]["ok"] and split["times_s"]["eltwise5_split"] > 0
+    assert split["knobs"] == {"eltwise5_split": {"max_depth": 1}}
+    assert "| eltwise5 | 1 | eltwise5_split | max_depth=1 | 1 / 5 |" in table
+    # --kernel-profile: every library's kernels, counted per call, in results.json and kernels.md.
+    prof = split["kernels"]
+    assert set(prof) == {"stock", "hw", "eltwise5_split"}
+    assert prof["hw"]["calls"] == 1 and prof["eltwise5_split"]["calls"] == 5
+    assert sum(k["calls"] for k in prof["eltwise5_split"]["top"]) == 5
+    for lib in prof.values():
+        assert lib["total_us"] > 0 and lib["top"] == sorted(lib["top"], key=lambda k: -k["us"])
+        assert all(not k["name"].startswith("vm.builtin") for k in lib["top"])
+    kernels = (results / "kernels.md").read_text()
+    assert "## eltwise5 b1" in kernels and "### eltwise5_split: 5 kernel calls" in kernels
 
 
 def test_runner_rebuilds_exact_weights(llvm_bundle, tmp_path):
@@ -136,6 +154,61 @@ def test_runner_reports_a_broken_library_and_continues(llvm_bundle, tmp_path):
     assert "hw" in rows["eltwise5"]["errors"] and "stock" in rows["eltwise5"]["times_s"]
     assert rows["relu_add_mul"]["accuracy"]["hw"]["ok"]
     assert "eltwise5 b1 hw:" in (results / "results.md").read_text()
+
+
+def test_extra_variant_in_manifest(llvm_bundle):
+    out, manifest = llvm_bundle
+    assert manifest["extra_variants"] == [{"name": "eltwise5_split", "model": "eltwise5",
+                                           "knobs": {"max_depth": 1}}]
+    entries = {e["model"]: e for e in manifest["entries"]}
+    assert "eltwise5_split" not in {v["name"] for v in entries["relu_add_mul"]["variants"]}
+    libs = {v["name"]: v for v in entries["eltwise5"]["variants"]}
+    split, hw = libs["eltwise5_split"], libs["hw"]
+    assert split["pipeline"] == "hw" and not split["cuda_graph"] and split["knobs"] == {"max_depth": 1}
+    assert split["groups"] == 5 and entries["eltwise5"]["hw_groups"] == 1 and "knobs" not in hw
+    assert (out / split["stored"]).is_file() and split["stored"] != hw["stored"]
+    assert (out / entries["eltwise5"]["report"]).is_file() and "report" not in hw
+    groups = json.loads((out / split["report"]).read_text())["groups"]
+    assert len(groups) == 5 and split["report"] != entries["eltwise5"]["report"]
+
+
+def test_parse_variant():
+    spec = parse_variant("pair:dw_pw:pair_templates=conv->window+depthwise_conv->pointwise_conv,"
+                         "fuse_complex_pairs=yes,max_occupancy_drop=0.3,max_depth=4,schedules=false")
+    assert (spec.name, spec.model) == ("pair", "dw_pw")
+    assert spec.knobs == {"pair_templates": ["conv->window", "depthwise_conv->pointwise_conv"],
+                          "fuse_complex_pairs": True, "max_occupancy_drop": 0.3, "max_depth": 4,
+                          "schedules": False}
+    assert pipeline_knobs(spec)["pair_templates"] == ("conv->window", "depthwise_conv->pointwise_conv")
+    assert parse_variant("a:m:pair_templates=none").knobs == {"pair_templates": None}
+    assert parse_variant("a:m:pair_templates=").knobs == {"pair_templates": []}
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("eltwise5:max_depth=1", "expected NAME:MODEL:KEY=VALUE"),
+    ("a:eltwise5:", "expected NAME:MODEL:KEY=VALUE"),
+    ("hw:eltwise5:max_depth=1", "name 'hw' must be"),
+    ("a b:eltwise5:max_depth=1", "name 'a b' must be"),
+    ("a:eltwise5:depth=1", "unknown knob 'depth'"),
+    ("a:eltwise5:max_depth", "unknown knob 'max_depth' (or no '=')"),
+    ("a:eltwise5:split_groups=x", "unknown knob 'split_groups'"),
+    ("a:eltwise5:max_depth=deep", "max_depth='deep', expected int"),
+    ("a:eltwise5:fuse_complex_pairs=maybe", "expected bool"),
+    ("a:eltwise5:max_depth=0", "max_depth must be at least 1"),
+])
+def test_bad_variant_is_one_line_error(spec, message):
+    with pytest.raises(FusionHWError, match=re.escape(message)) as err:
+        parse_variant(spec)
+    assert "\n" not in str(err.value)
+
+
+def test_variants_need_unique_names_and_bundled_models(tmp_path):
+    with pytest.raises(FusionHWError, match="'a' given twice"):
+        parse_variants(["a:eltwise5:max_depth=1", "a:eltwise5:max_depth=2"], ["eltwise5"])
+    with pytest.raises(FusionHWError, match="model 'dw_pw' is not among the bundle's models"):
+        bundle.bundle_main(["--out", str(tmp_path / "b"), "--models", "eltwise5", "--quiet",
+                            "--variant", "a:dw_pw:max_depth=1"])
+    assert not (tmp_path / "b").exists()  # rejected before anything is written
 
 
 def test_unknown_model_is_rejected(tmp_path):

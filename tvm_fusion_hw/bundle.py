@@ -7,8 +7,9 @@ everything a bare Python 3.12 + numpy machine needs to run them into one folder:
 ``manifest.json``
     One entry per model x batch: inputs, parameters in the order ``main_transform_params`` takes
     them (with a SHA-256 of each value, so the runner can check that it rebuilt the same weights),
-    FLOPs, bytes and the roofline bound on the profile, compile times, and one variant per library.
-``<model>_b<batch>_<pipeline>[_graph].so[.xz]``
+    FLOPs, bytes and the roofline bound on the profile, compile times, and one variant per library
+    (extra named variants, ``--variant NAME:MODEL:KEY=VALUE,...``, carry their ``knobs``).
+``<model>_b<batch>_<pipeline>[_graph].so[.xz]``, ``<model>_b<batch>_<variant>.so[.xz]``
     The exported libraries. CUDA builds keep CUDA *source* (compiled at load time, by NVRTC or
     nvcc), which is megabytes of text: stored xz-compressed unless ``compress=False``.
 ``<model>_b<batch>_report.json``
@@ -47,6 +48,7 @@ from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
 from . import models as model_zoo
+from .bundle_variants import VariantSpec, parse_variants, pipeline_knobs
 from .errors import FusionHWError
 from .fuse_pass import HardwareAwareFuseOps, last_report
 from .models import build, list_models
@@ -177,12 +179,13 @@ def _param_roles(model) -> Dict[str, str]:
     return roles
 
 
-def _main_costs(mod, target, profile):
-    """FLOPs and compulsory bytes of ``main`` alone (weight transforms excluded), hw grouping."""
+def _main_costs(mod, target, profile, knobs: Optional[Dict[str, object]] = None):
+    """FLOPs, compulsory bytes and groups of ``main`` alone (weight transforms excluded), hw grouping
+    (with the PolicyConfig ``knobs``)."""
     main_only = mod.clone()
     if "main_transform_params" in [g.name_hint for g in main_only.get_global_vars()]:
         del main_only["main_transform_params"]
-    fuse = HardwareAwareFuseOps(profile)
+    fuse = HardwareAwareFuseOps(profile, **{k: v for k, v in (knobs or {}).items() if k != "schedules"})
     with target:
         tvm.transform.Sequential([relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
                                   relax.transform.FoldConstant(), fuse])(main_only)
@@ -199,12 +202,12 @@ def _make_target(kind: str, profile: str):
     raise FusionHWError(f"bundle target must be one of cuda, llvm; got {kind!r}")
 
 
-def _pipeline(name: str, tgt, profile: str):
-    """``stock``: TVM's default pipeline; ``hw``: the same with HardwareAwareFuseOps."""
+def _pipeline(name: str, tgt, profile: str, knobs: Optional[Dict[str, object]] = None):
+    """``stock``: TVM's default pipeline; ``hw``: the same with HardwareAwareFuseOps (and ``knobs``)."""
     if name == "stock":
         return stock_pipeline(tgt)
     if name == "hw":
-        return get_pipeline(tgt, profile=profile)
+        return get_pipeline(tgt, profile=profile, **(knobs or {}))
     raise FusionHWError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
 
 
@@ -300,10 +303,12 @@ def import_model(name: str, batch: int, seed: int = 0):
 
 
 def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cuda_graph: bool,
-                  compress: bool, log, sources: Optional[Dict[str, str]] = None) -> Dict[str, object]:
+                  compress: bool, log, sources: Optional[Dict[str, str]] = None,
+                  extra: Sequence[VariantSpec] = ()) -> Dict[str, object]:
     """Import, lift, compile and export one model x batch; return its manifest entry.
 
-    CUDA sources of the built libraries are added to ``sources`` (SHA-256 -> source).
+    ``extra`` variants are built like ``hw`` (no CUDA graphs) with their knobs. CUDA sources of
+    the built libraries are added to ``sources`` (SHA-256 -> source).
     """
     model, mod, fparams, values = import_model(name, batch)
     num_input = len(fparams) - len(values)
@@ -323,27 +328,34 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
              "positive_params": [p["name"] for p in params if p["role"] == "bn_var"],
              "compile_s": {}, "variants": []}
     graph_opts = [False, True] if cuda_graph and tgt.kind.name == "cuda" else [False]
-    for use_graph in graph_opts:
-        for pipe in pipelines:
-            key = pipe + ("_graph" if use_graph else "")
-            stem = f"{name}_b{batch}_{key}"
-            start = time.time()
-            with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": use_graph}):
-                ex = tvm.compile(mod, target=tgt, relax_pipeline=_pipeline(pipe, tgt, profile))
-            entry["compile_s"][key] = round(time.time() - start, 3)
-            if pipe == "hw" and not use_graph:
-                report = last_report()
-                (out / f"{name}_b{batch}_report.json").write_text(report.to_json())
-                entry["report"] = f"{name}_b{batch}_report.json"
-            variant = {"name": key, "pipeline": pipe, "cuda_graph": use_graph,
-                       **_export(ex, out, stem, compress)}
-            code = _cuda_source(ex) if sources is not None else None
-            if code is not None:
-                variant["cuda_source_sha256"] = hashlib.sha256(code.encode()).hexdigest()
-                sources[variant["cuda_source_sha256"]] = code
-            entry["variants"].append(variant)
-            log(f"{name} b{batch}: {key} compiled in {entry['compile_s'][key]:.1f}s, "
-                f"{variant['so_bytes'] / 1e6:.2f} MB (stored {variant['stored_bytes'] / 1e6:.2f} MB)")
+    builds = [(pipe + ("_graph" if use_graph else ""), pipe, use_graph, None)
+              for use_graph in graph_opts for pipe in pipelines]
+    builds += [(spec.name, "hw", False, spec) for spec in extra]
+    for key, pipe, use_graph, spec in builds:
+        stem = f"{name}_b{batch}_{key}"
+        start = time.time()
+        knobs = pipeline_knobs(spec) if spec else None
+        with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": use_graph}):
+            ex = tvm.compile(mod, target=tgt, relax_pipeline=_pipeline(pipe, tgt, profile, knobs))
+        entry["compile_s"][key] = round(time.time() - start, 3)
+        variant = {"name": key, "pipeline": pipe, "cuda_graph": use_graph}
+        if pipe == "hw" and not use_graph:
+            report = last_report()
+            report_file = f"{name}_b{batch}_report.json" if spec is None else f"{stem}_report.json"
+            (out / report_file).write_text(report.to_json())
+            if spec is None:
+                entry["report"] = report_file
+            else:  # groups of main, as hw_groups counts them
+                variant.update(knobs=spec.knobs, report=report_file,
+                               groups=_main_costs(mod, tgt, profile, knobs)[2])
+        variant.update(_export(ex, out, stem, compress))
+        code = _cuda_source(ex) if sources is not None else None
+        if code is not None:
+            variant["cuda_source_sha256"] = hashlib.sha256(code.encode()).hexdigest()
+            sources[variant["cuda_source_sha256"]] = code
+        entry["variants"].append(variant)
+        log(f"{name} b{batch}: {key} compiled in {entry['compile_s'][key]:.1f}s, "
+            f"{variant['so_bytes'] / 1e6:.2f} MB (stored {variant['stored_bytes'] / 1e6:.2f} MB)")
     flops, nbytes, ngroups = _main_costs(mod, tgt, profile)
     entry.update(flops=flops, bytes=nbytes, hw_groups=ngroups)
     return entry
@@ -365,7 +377,8 @@ def write_bundle(out_dir, models: Sequence[str] = DEFAULT_MODELS,
                  pipelines: Sequence[str] = PIPELINES, cuda_graph: bool = True,
                  progress: bool = True, target: str = "cuda",
                  python_versions: Sequence[str] = ("3.12",), compress: bool = True,
-                 precompile: bool = True, wheel_cache=None) -> Dict[str, object]:
+                 precompile: bool = True, wheel_cache=None,
+                 variants: Sequence[object] = ()) -> Dict[str, object]:
     """Compile ``models`` x ``batches`` and write a runtime-only bundle to ``out_dir``.
 
     Parameters
@@ -390,6 +403,9 @@ def write_bundle(out_dir, models: Sequence[str] = DEFAULT_MODELS,
     precompile : bool
         For CUDA, also compile each distinct CUDA source with nvcc here (``cubin/``), so the GPU
         box needs no NVRTC/nvcc time (the runner falls back to compiling if the arch differs).
+    variants : sequence of str or VariantSpec
+        Extra libraries, ``NAME:MODEL:KEY=VALUE,...`` (see :mod:`tvm_fusion_hw.bundle_variants`):
+        ``MODEL`` (one of ``models``) built by the hw pipeline with those knobs, at every batch.
 
     Returns
     -------
@@ -403,6 +419,9 @@ def write_bundle(out_dir, models: Sequence[str] = DEFAULT_MODELS,
     bad = [p for p in pipelines if p not in PIPELINES]
     if bad:
         raise FusionHWError(f"unknown pipeline {bad[0]!r}; known: {', '.join(PIPELINES)}")
+    extra = parse_variants(variants, models)
+    if extra and "hw" not in pipelines:
+        raise FusionHWError("--variant needs the hw pipeline (its reference is stock, its baseline hw)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for stale in [*out.glob("*.so"), *out.glob("*.so.xz"), *out.glob("*_report.json"), *out.glob("cubin/*")]:
@@ -422,7 +441,7 @@ def write_bundle(out_dir, models: Sequence[str] = DEFAULT_MODELS,
         "peak_fp32_flop_per_s": prof.peak_fp32_flop_per_s, "dram_bytes_per_s": prof.dram_bytes_per_s,
         "runtime": {"tvm": "tvm_runtime", "wheels": [f"wheels/{w}" for w in wheels],
                     "builders": "builders"},
-        "entries": [],
+        "extra_variants": [v.to_json() for v in extra], "entries": [],
     }
     sources: Dict[str, str] = {}
     for name in models:
@@ -430,7 +449,7 @@ def write_bundle(out_dir, models: Sequence[str] = DEFAULT_MODELS,
             log(f"{name} b{batch}: compiling")
             try:
                 entry = compile_entry(out, name, int(batch), tgt, profile, pipelines, cuda_graph,
-                                      compress, log, sources)
+                                      compress, log, sources, [v for v in extra if v.model == name])
                 _roofline(entry, prof)
             except Exception as err:  # pylint: disable=broad-except
                 entry = {"model": name, "batch": int(batch), "error": f"{type(err).__name__}: {err}"}
@@ -463,12 +482,17 @@ def bundle_main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--no-compress", action="store_true", help="store plain .so files")
     parser.add_argument("--no-precompile", action="store_true",
                         help="do not build CUDA binaries here (the GPU box compiles them)")
+    parser.add_argument("--variant", action="append", default=[], dest="variants",
+                        metavar="NAME:MODEL:KEY=VALUE,...",
+                        help="also build MODEL with the hw pipeline and these PolicyConfig knobs "
+                             "(e.g. eltwise5_split:eltwise5:max_depth=1); repeatable")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
     manifest = write_bundle(args.out, args.models, args.batches, profile=args.profile,
                             cuda_graph=not args.no_graph, progress=not args.quiet,
                             target=args.target, python_versions=args.python_versions,
-                            compress=not args.no_compress, precompile=not args.no_precompile)
+                            compress=not args.no_compress, precompile=not args.no_precompile,
+                            variants=args.variants)
     failed = [f"{e['model']} b{e['batch']}" for e in manifest["entries"] if "error" in e]
     print(f"{args.out}: {len(manifest['entries'])} entries, {manifest['bundle_bytes'] / 2**20:.1f} MiB"
           + (f"; FAILED: {', '.join(failed)}" if failed else ""))
@@ -476,4 +500,8 @@ def bundle_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(bundle_main())
+    try:
+        sys.exit(bundle_main())
+    except FusionHWError as error:  # one line, as tvm-fusion-hw prints it
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
