@@ -17,11 +17,7 @@ CPU only except the last test. Checked:
 About 50 s on 2 cores (MobileNetV2 builds: 9 s for sm_90, 16 s for gfx942; nvcc 7 s).
 """
 
-import os
 import re
-import shutil
-import subprocess
-import tempfile
 import time
 
 import numpy as np
@@ -38,7 +34,8 @@ from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.pipeline import _backend
 from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
 from tvm_fusion_hw.schedules.depthwise_conv import DepthwiseConv
-from tir_checks import assert_schedule_preserves_numerics, cuda_source, prim_funcs
+from tir_checks import (assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs,
+                        ptxas_report)
 
 H200 = "nvidia-h200"
 LLVM = tvm.target.Target({"kind": "llvm"})
@@ -113,37 +110,6 @@ def is_depthwise_kernel(func):
 
 def assert_rule_preserves_numerics(func, target, seed=0):
     assert_schedule_preserves_numerics(func, DepthwiseConv().apply(func, target, False), seed)
-
-
-def nvcc_path():
-    found = shutil.which("nvcc")
-    if found is None and os.path.exists("/usr/local/cuda/bin/nvcc"):
-        found = "/usr/local/cuda/bin/nvcc"
-    return found
-
-
-def ptxas_report(source):
-    """{kernel: (registers, spill stores, spill loads, smem bytes)} from ``nvcc -Xptxas -v``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cu = os.path.join(tmp, "k.cu")
-        with open(cu, "w", encoding="utf-8") as f:
-            f.write(source)
-        proc = subprocess.run(
-            [nvcc_path(), "--cubin", "-arch=sm_90", "-w", "-Xptxas", "-v", "-O3", "--use_fast_math",
-             "-o", os.path.join(tmp, "k.cubin"), cu],
-            capture_output=True, text=True, check=True, timeout=300)
-    report, name, spills = {}, None, (0, 0)
-    for line in proc.stderr.splitlines():
-        m = re.search(r"Function properties for (\w+)", line)
-        if m:
-            name = m.group(1)
-        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m:
-            spills = (int(m.group(1)), int(m.group(2)))
-        m = re.search(r"Used (\d+) registers.*?(?:(\d+) bytes smem)?$", line)
-        if m and name:
-            report[name] = (int(m.group(1)), *spills, int(m.group(2) or 0))
-    return report
 
 
 def synthetic(c, hw_, k=3, stride=1, pad=None, dilation=1, group=None, cout=None, relu6=True):

@@ -122,21 +122,22 @@ def build_parser() -> argparse.ArgumentParser:
     comp.set_defaults(func=cmd_compile)
     sub.add_parser("profiles", help="list hardware profiles").set_defaults(func=cmd_profiles)
     sub.add_parser("models", help="list zoo models").set_defaults(func=cmd_models)
-    bundle = sub.add_parser("bundle", help="write a runtime-only benchmark bundle", add_help=False)
-    bundle.add_argument("rest", nargs=argparse.REMAINDER)
-    bundle.set_defaults(func=None)
+    # bundle parses its own options (tvm_fusion_hw.bundle): everything after it goes there
+    sub.add_parser("bundle", help="write a runtime-only benchmark bundle", add_help=False)
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if args.command != "bundle" and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if args.command == "bundle":
             from .bundle import bundle_main  # pylint: disable=import-outside-toplevel
 
-            return bundle_main(args.rest)
+            return bundle_main(rest)
         return args.func(args)
     except FusionHWError as err:
         print(f"error: {err}", file=sys.stderr)

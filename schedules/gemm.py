@@ -1,0 +1,408 @@
+"""A schedule rule for matmul and convolution as (implicit) GEMM, with the epilogue fused.
+
+dlight's ``Matmul`` rule already brings both to ``C[S, I, J] += A[S, I, K] * B[S, J, K]`` (a conv
+becomes an implicit GEMM: ``I`` = output pixels, ``J`` = output channels, ``K`` = input channels x
+window, the im2col operand read straight from the input into shared memory, never materialised).
+It then uses one tile for every GEMM on every GPU: 32 x 64 outputs per block, 4 x 4 per thread. On
+an H200 that leaves ResNet-50's late layers at batch 1 with 16 blocks for 132 SMs (49 pixels x 512
+channels), and large GEMMs limited by shared-memory reads (8 loads per 16 FMAs).
+
+This rule keeps dlight's normalisation and chooses the tile per GEMM on the hardware profile:
+
+* the block tile (``BM x BN``) and thread tile (``TM x TN`` accumulators in registers, split into
+  chunks strided by the thread count so a warp's shared reads do not conflict),
+* the K step staged in shared memory (A and B tiles, ``(BM + BN) x BK`` elements),
+* split-K (``rfactor``): when even the smallest tile leaves SMs idle, K is cut into ``P`` parts run
+  by ``P`` times as many blocks, each writing a partial sum, and a second kernel adds the parts and
+  applies the epilogue,
+
+by a cost model that counts waves of blocks over the SMs (register and shared-memory limits give
+the blocks per SM), the issue cost of a thread tile (FMAs plus the shared loads that feed them),
+and the partial sums' round trip through memory. The epilogue (bias, BatchNorm, activation,
+residual add) runs on the accumulators before the one global store, as in dlight.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import List, Optional, Tuple
+
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import get_root_block
+from tvm.s_tir.dlight.gpu.matmul import (auto_inline_consumer_chain, auto_inline_producers,
+                                         get_index_map, get_reduction_blocks)
+from tvm.target import Target
+
+
+from .common import GPULimits, TiledScheduleRule, const_int
+
+SBlockRV = s_tir.schedule.SBlockRV
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmProblem:
+    """``C[S, I, J] = sum_K A[S, I, K] * B[S, J, K]`` after normalisation."""
+
+    batch: int  # S
+    rows: int  # I: output pixels (conv) or rows (matmul)
+    cols: int  # J: output channels (conv) or columns (matmul)
+    depth: int  # K
+    dtype_bytes: int
+    rows_contiguous: bool  # consecutive I are consecutive output addresses (NCHW conv)
+    fetch_spatial_inner: Tuple[bool, bool]  # A, B: contiguous in memory along I/J rather than K
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds x 2."""
+        return 2 * self.batch * self.rows * self.cols * self.depth
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmTile:  # pylint: disable=too-many-instance-attributes
+    """The tile one block computes, and what the cost model thought of it."""
+
+    thread_rows: int  # threads along I
+    thread_cols: int  # threads along J
+    micro_rows: int  # accumulators per thread along I
+    micro_cols: int  # accumulators per thread along J
+    depth_step: int  # BK: K elements staged in shared memory per step
+    split_k: int  # P: parts K is cut into (1: no split)
+    blocks: int
+    shared_bytes: int
+    registers_estimate: int
+    blocks_per_multiprocessor: int
+    time_s: float  # modelled time, split-K reduction included
+    score: float  # modelled fraction of the FP32 peak
+
+    @property
+    def threads(self) -> int:
+        """Threads per block."""
+        return self.thread_rows * self.thread_cols
+
+    @property
+    def block_rows(self) -> int:
+        """BM: outputs per block along I."""
+        return self.thread_rows * self.micro_rows
+
+    @property
+    def block_cols(self) -> int:
+        """BN: outputs per block along J."""
+        return self.thread_cols * self.micro_cols
+
+
+class ImplicitGemm(TiledScheduleRule):
+    """Matmul and conv2d (groups = 1) in float32 with their epilogue, tiled on the profile.
+
+    Returns ``None`` for anything dlight's ``Matmul`` would not normalise to a GEMM, for dynamic
+    shapes, and for non-float32 GEMMs (dlight tensorizes float16 on tensor cores).
+    """
+
+    @dataclasses.dataclass
+    class Config:  # pylint: disable=too-many-instance-attributes
+        """Tile-search bounds; the hardware figures come from the target, not from here.
+
+        Attributes
+        ----------
+        thread_shapes : tuple
+            (threads along I, threads along J) tried.
+        micro_shapes : tuple
+            (accumulators along I, along J) per thread tried.
+        depth_steps : tuple
+            BK values tried.
+        max_split_k : int
+            Largest split of K.
+        min_depth_per_split : int
+            Every part of a split K keeps at least this many K elements.
+        min_warps_per_multiprocessor : int
+            Resident warps an SM needs to hide latency; fewer scale the modelled rate down.
+        fixed_registers : int
+            Registers a thread needs besides its accumulators and operand fragments (addresses,
+            loop counters, the staged loads): ptxas figures for this schedule.
+        launch_s : float
+            Cost of the extra kernel a split K adds.
+        max_attempts : int
+            Ranked tiles tried before giving up.
+        """
+
+        thread_shapes: Tuple[Tuple[int, int], ...] = (
+            (16, 16), (8, 16), (16, 8), (8, 8), (4, 16), (16, 4), (4, 8), (8, 4))
+        micro_shapes: Tuple[Tuple[int, int], ...] = (
+            (8, 8), (8, 4), (4, 8), (4, 4), (4, 2), (2, 4), (2, 2))
+        depth_steps: Tuple[int, ...] = (8, 16)
+        max_split_k: int = 16
+        min_depth_per_split: int = 128
+        min_warps_per_multiprocessor: int = 8
+        fixed_registers: int = 40
+        launch_s: float = 3e-6
+        max_attempts: int = 6
+
+    def get_config(self, target: Target) -> "ImplicitGemm.Config":
+        """The search bounds for ``target``'s kind."""
+        if target.kind.name == "rocm":
+            # wave64; TVM 0.27's AMDGPU codegen compiles for at most 256 threads (see
+            # tvm_fusion_hw.kernel_resources).
+            return ImplicitGemm.Config(thread_shapes=((16, 16), (8, 16), (16, 8), (8, 8)))
+        return ImplicitGemm.Config()
+
+    # ---- the rule: TiledScheduleRule calls these three -----------------------------------------
+    @staticmethod
+    def match(sch, config):
+        """``(problem, gemm_block)`` with the block normalised to ``[S, I, J, K]``, or None."""
+        return _match_and_normalize(sch)
+
+    @staticmethod
+    def rank(problem, limits, config):
+        """Tiles for ``problem``, best first."""
+        return rank_tiles(problem, limits, config)
+
+    @staticmethod
+    def schedule(sch, problem, tile, *blocks):
+        """Apply ``tile`` to the matched block."""
+        _schedule(sch, problem, tile, *blocks)
+
+
+def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBlockRV]]:
+    try:
+        root = get_root_block(sch)
+    except Exception:  # pylint: disable=broad-except
+        return None
+    reductions = get_reduction_blocks(sch, sch.get_child_blocks(root))
+    if reductions is None:
+        return None
+    gemm = reductions[0]
+    stmt = sch.get(gemm)
+    if len(stmt.writes) != 1 or len(stmt.reads) < 2:
+        return None
+    dtypes = {str(r.source.dtype) for r in stmt.reads} | {str(stmt.writes[0].source.dtype)}
+    if dtypes != {"float32"}:
+        return None
+    maps = get_index_map(stmt)
+    if maps is None:
+        return None
+    out_ndim = len(stmt.writes[0].source.shape)
+    rows_contiguous = _last_axis_goes_to_rows(maps[3], out_ndim)
+    spatial_inner = tuple(_last_index_is_spatial(stmt, i) for i in (0, 1))
+
+    # dlight's normalisation: C[S, I, J] += A[S, I, K] * B[S, J, K]
+    reindex_a = sch.reindex(gemm, ("read", 0))
+    reindex_b = sch.reindex(gemm, ("read", 1))
+    reindex_c = sch.reindex(gemm, ("write", 0))
+    matmul_map, a_map, b_map, c_map = get_index_map(sch.get(gemm))
+    sch.transform_layout(reindex_a, ("write", 0), a_map)
+    sch.transform_layout(reindex_b, ("write", 0), b_map)
+    sch.transform_layout(reindex_c, ("read", 0), c_map)
+    sch.transform_block_layout(gemm, matmul_map)
+
+    extents = [const_int(iv.dom.extent) for iv in sch.get(gemm).iter_vars]
+    if len(extents) != 4 or any(e is None for e in extents):
+        return None
+    batch, rows, cols, depth = extents
+    if rows == 1 or cols == 1:
+        return None  # a GEMV: dlight's GEMV rule (a reduction per output) fits it better
+    problem = GemmProblem(batch, rows, cols, depth, 4, rows_contiguous, spatial_inner)
+    return problem, gemm
+
+
+def _last_axis_goes_to_rows(c_map: tirx.IndexMap, ndim: int) -> bool:
+    """Whether the output's last axis lands in ``I`` (NCHW conv pixels) rather than ``J``."""
+    variables = [tirx.Var(f"v{i}", "int64") for i in range(ndim)]
+    s_i_j = c_map.map_indices(variables)
+    last = variables[-1]
+    uses = lambda expr: any(v.same_as(last) for v in tirx.analysis.undefined_vars(expr, []))  # noqa: E731
+    return uses(s_i_j[1]) and not uses(s_i_j[2])
+
+
+def _last_index_is_spatial(stmt: s_tir.SBlock, read: int) -> bool:
+    """Whether operand ``read``'s innermost index moves with a spatial iterator (not only K)."""
+    spatial = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
+    last = stmt.reads[read].region[-1].min
+    used = tirx.analysis.undefined_vars(last, [])
+    return any(v.same_as(s) for v in used for s in spatial)
+
+
+# ---- the cost model ----------------------------------------------------------------------------
+def _registers(micro_rows: int, micro_cols: int, config) -> int:
+    # accumulators, one column of A and one row of B, and the fixed part
+    return micro_rows * micro_cols + micro_rows + micro_cols + config.fixed_registers
+
+
+def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile]:
+    """Every admissible tile for ``problem``, best (lowest modelled time) first."""
+    tiles = []
+    for thread_rows, thread_cols in config.thread_shapes:
+        threads = thread_rows * thread_cols
+        if threads % limits.warp_size or threads > limits.max_threads_per_block:
+            continue
+        for micro_rows, micro_cols in config.micro_shapes:
+            for depth_step in config.depth_steps:
+                for split_k in _splits(problem, depth_step, config):
+                    tile = _model(problem, limits, config, thread_rows, thread_cols, micro_rows,
+                                  micro_cols, depth_step, split_k)
+                    if tile is not None:
+                        tiles.append(tile)
+    tiles.sort(key=lambda t: (t.time_s, -t.block_rows * t.block_cols, t.split_k))
+    return tiles
+
+
+def _splits(problem: GemmProblem, depth_step: int, config) -> List[int]:
+    splits = [1]
+    while splits[-1] * 2 <= config.max_split_k:
+        part = problem.depth / (splits[-1] * 2)
+        if part < max(config.min_depth_per_split, depth_step):
+            break
+        splits.append(splits[-1] * 2)
+    return splits
+
+
+def _model(  # pylint: disable=too-many-arguments,too-many-locals
+    problem: GemmProblem, limits: GPULimits, config, thread_rows: int, thread_cols: int,
+    micro_rows: int, micro_cols: int, depth_step: int, split_k: int,
+) -> Optional[GemmTile]:
+    """Modelled time of one tile choice, or None when it does not fit the hardware."""
+    threads = thread_rows * thread_cols
+    block_rows, block_cols = thread_rows * micro_rows, thread_cols * micro_cols
+    # Tiles far larger than the GEMM only compute padding.
+    if block_rows > 2 * _ceil_to(problem.rows, 16) or block_cols > 2 * _ceil_to(problem.cols, 16):
+        return None
+    shared = (block_rows + block_cols) * depth_step * problem.dtype_bytes
+    if shared > limits.shared_memory_bytes_per_block:
+        return None
+    registers = _registers(micro_rows, micro_cols, config)
+    if registers > limits.max_registers_per_thread:
+        return None
+    per_sm = _blocks_per_multiprocessor(limits, threads, registers, shared)
+    if per_sm == 0:
+        return None
+
+    padded_rows = _ceil_to(problem.rows, block_rows)
+    padded_cols = _ceil_to(problem.cols, block_cols)
+    padded_depth = _ceil_to(problem.depth, depth_step * split_k)
+    blocks = problem.batch * (padded_rows // block_rows) * (padded_cols // block_cols) * split_k
+
+    # Issue cost of one block: each K element costs a thread TM*TN FMAs plus TM+TN shared loads,
+    # and each K step a cooperative global->shared copy of (BM+BN)*BK elements and two barriers.
+    fma = micro_rows * micro_cols
+    per_k = fma + micro_rows + micro_cols
+    copy_per_step = math.ceil((block_rows + block_cols) * depth_step / threads) * 2 + 4
+    steps = padded_depth // split_k // depth_step
+    warp_instr_per_block = (threads // limits.warp_size) * steps * (depth_step * per_k + copy_per_step)
+
+    # Waves: blocks run per_sm at a time on each SM; an SM with few warps resident stalls.
+    sms = limits.multiprocessor_count
+    resident = min(per_sm, math.ceil(blocks / sms))
+    warps = resident * threads // limits.warp_size
+    latency_hidden = min(1.0, warps / config.min_warps_per_multiprocessor)
+    waves = math.ceil(blocks / (sms * per_sm))
+    sm_rate = limits.warp_instructions_per_s / sms * latency_hidden
+    time = waves * min(per_sm, math.ceil(blocks / sms)) * warp_instr_per_block / sm_rate
+
+    if split_k > 1:
+        partial_bytes = split_k * problem.batch * padded_rows * padded_cols * problem.dtype_bytes
+        time += 2 * partial_bytes / limits.dram_bytes_per_s + config.launch_s
+    ideal = problem.flops / (2 * limits.warp_instructions_per_s * limits.warp_size)
+    return GemmTile(thread_rows, thread_cols, micro_rows, micro_cols, depth_step, split_k, blocks,
+                    shared, registers, per_sm, time, ideal / time)
+
+
+def _blocks_per_multiprocessor(limits: GPULimits, threads: int, registers: int, shared: int) -> int:
+    by_threads = limits.max_threads_per_multiprocessor // threads
+    by_registers = limits.registers_per_multiprocessor // (_ceil_to(registers, 8) * threads)
+    by_shared = limits.shared_memory_bytes_per_multiprocessor // (
+        shared + limits.shared_memory_reserved_bytes_per_block)
+    return max(0, min(by_threads, by_registers, by_shared, limits.max_blocks_per_multiprocessor))
+
+
+def _ceil_to(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+# ---- the schedule ------------------------------------------------------------------------------
+def _schedule(  # pylint: disable=too-many-locals
+    sch: s_tir.Schedule, problem: GemmProblem, tile: GemmTile, gemm: SBlockRV
+) -> None:
+    sch.pad_einsum(gemm, [1, tile.block_rows, tile.block_cols, tile.depth_step * tile.split_k])
+    batch, rows, cols, depth = sch.get_loops(gemm)
+    final = None
+    if tile.split_k > 1:
+        part, depth = sch.split(depth, [tile.split_k, None])
+        final = gemm
+        gemm = sch.rfactor(part, factor_axis=0)
+        batch, rows, cols, part, depth = sch.get_loops(gemm)
+
+    # threadIdx.x runs along the output's contiguous axis, so a warp's stores coalesce. Along it a
+    # thread's outputs are strided by the thread count: a warp then reads consecutive rows of the
+    # shared tile (no bank conflicts with an odd row pitch) and stores consecutive addresses.
+    # Along the other axis its outputs are adjacent (a warp spans one or two of them: broadcasts).
+    # The strided outputs are virtual threads (each with its own accumulators and store).
+    if problem.rows_contiguous:
+        fast, fast_threads, fast_micro, slow, slow_threads, slow_micro = (
+            rows, tile.thread_rows, tile.micro_rows, cols, tile.thread_cols, tile.micro_cols)
+    else:
+        fast, fast_threads, fast_micro, slow, slow_threads, slow_micro = (
+            cols, tile.thread_cols, tile.micro_cols, rows, tile.thread_rows, tile.micro_rows)
+    b_fast, v_fast, t_fast = sch.split(fast, [None, fast_micro, fast_threads])
+    b_slow, t_slow, i_slow = sch.split(slow, [None, slow_threads, slow_micro])
+    ko, ki = sch.split(depth, [None, tile.depth_step])
+    outer = [batch] + ([part] if final is not None else [])
+    sch.reorder(*outer, b_slow, b_fast, v_fast, t_slow, t_fast, ko, ki, i_slow)
+    sch.bind(sch.fuse(*outer), "blockIdx.z")
+    sch.bind(b_slow, "blockIdx.y")
+    sch.bind(b_fast, "blockIdx.x")
+    sch.bind(v_fast, "vthread.x")
+    sch.bind(t_slow, "threadIdx.y")
+    sch.bind(t_fast, "threadIdx.x")
+    sch.annotate(t_fast, ann_key="pragma_auto_unroll_max_step", ann_val=256)
+    sch.annotate(t_fast, ann_key="pragma_unroll_explicit", ann_val=1)
+
+    local = sch.cache_write(gemm, 0, "local")
+    sch.reverse_compute_at(local, t_fast, preserve_unit_loops=True)
+
+    for index, spatial_inner in enumerate(problem.fetch_spatial_inner):
+        _cooperative_fetch(sch, gemm, ko, index, spatial_inner, slow_threads, fast_threads,
+                           tile.depth_step)
+
+    if final is None:
+        auto_inline_consumer_chain(sch, local)
+    else:
+        _schedule_split_sum(sch, final, tile.threads, problem.rows_contiguous)
+    sch.decompose_reduction(gemm, ko)
+
+
+def _cooperative_fetch(  # pylint: disable=too-many-arguments
+    sch: s_tir.Schedule, gemm: SBlockRV, ko, index: int, spatial_inner: bool,
+    threads_y: int, threads_x: int, depth_step: int,
+) -> None:
+    """Stage operand ``index``'s ``[1, B, BK]`` tile in shared memory, all threads copying.
+
+    Consecutive threads copy along the axis that is contiguous in global memory (K for weights
+    and row-major matrices, output pixels for a conv's input). Rows are padded to an odd pitch
+    (BK + 1) so copies along pixels and the compute's reads hit distinct banks.
+    """
+    fetch = sch.cache_read(gemm, index, "shared")
+    sch.compute_at(fetch, ko, preserve_unit_loops=True)
+    _, spatial, depth = sch.get_loops(fetch)[-3:]
+    if spatial_inner:
+        sch.reorder(depth, spatial)
+        fused = sch.fuse(depth, spatial)
+    else:
+        fused = sch.fuse(spatial, depth)
+    _, ty, tx = sch.split(fused, [None, threads_y, threads_x])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    sch.storage_align(fetch, 0, axis=1, factor=depth_step, offset=1)
+    auto_inline_producers(sch, fetch)
+
+
+def _schedule_split_sum(sch: s_tir.Schedule, final: SBlockRV, threads: int, rows_contiguous: bool) -> None:
+    """The second kernel of a split K: each thread adds one output's parts, then the epilogue."""
+    local = sch.cache_write(final, 0, "local")
+    batch, rows, cols, part = sch.get_loops(final)
+    spatial = [batch, cols, rows] if rows_contiguous else [batch, rows, cols]
+    sch.reorder(*spatial, part)
+    bx, tx = sch.split(sch.fuse(*spatial), [None, threads])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    sch.reverse_compute_at(local, tx, preserve_unit_loops=True)
+    auto_inline_consumer_chain(sch, local)
+    sch.decompose_reduction(final, part)

@@ -1,0 +1,174 @@
+"""Tests for schedules/gemm.py: the ImplicitGemm schedule rule (matmul and conv as GEMM).
+
+CPU only except the last test. Checked:
+- the rule takes every float32 conv (regular, pointwise, strided) and matmul kernel of ResNet-50
+  and the BERT layer but GEMVs (the classifier at batch 1), and declines depthwise convs, pools,
+  element-wise kernels, float16 GEMMs and non-GPU targets;
+- its schedules compute what the unscheduled PrimFunc computes (thread loops made serial and run
+  with LLVM), split-K ones included (they sum in another order: compared at the output's scale);
+- tiles respect the target: threads a multiple of the warp and within the block limit, shared
+  memory as planned; late ResNet-50 layers at batch 1 split K to fill the H200's SMs, and large
+  GEMMs at batch 32 keep 32 or more accumulators per thread without a split;
+- ResNet-50 and the BERT layer build for sm_90 (GEMM kernels in ``__shared__`` memory, no spills
+  under ptxas) and ResNet-50 for gfx942;
+- on a CUDA GPU (marked ``gpu``): ResNet-50 with and without the rule gives the same outputs.
+"""
+
+import re
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, s_tir
+from tvm.script import tirx as T
+
+import tvm_fusion_hw as hw
+from tvm_fusion_hw.analysis import analyze_func
+from tvm_fusion_hw.frontend import import_onnx
+from tvm_fusion_hw.models import build, example_inputs
+from tvm_fusion_hw.pipeline import fused_module, get_pipeline
+from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
+from tvm_fusion_hw.schedules.gemm import ImplicitGemm
+from tir_checks import assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs, ptxas_report
+
+H200 = "nvidia-h200"
+GEMM_KINDS = ("conv", "pointwise_conv", "matmul")
+
+
+def plan(func, target):
+    with target:
+        return ImplicitGemm().schedule_best(func, target)
+
+
+@pytest.fixture(scope="session")
+def fused():
+    """{(model, batch): {name: PrimFunc}} fused for the H200."""
+    target = hw.target(H200)
+    out = {}
+    for model, batch in (("resnet50", 1), ("resnet50", 32), ("bert_encoder_layer", 1)):
+        mod = import_onnx(build(model, batch=batch), keep_params_in_input=True)
+        out[(model, batch)] = prim_funcs(fused_module(mod, target, hw.HardwareAwareFuseOps(target)))
+    return out
+
+
+# ---- (1) what the rule takes -------------------------------------------------------------------
+@pytest.mark.parametrize("key", [("resnet50", 1), ("resnet50", 32), ("bert_encoder_layer", 1)])
+def test_takes_every_gemm_kernel_and_nothing_else(fused, key):
+    target = hw.target(H200)
+    taken, gemms = set(), set()
+    for name, func in fused[key].items():
+        matched = ImplicitGemm.match(s_tir.Schedule(func), None)
+        if analyze_func(name, func, 0).kind in GEMM_KINDS and matched is not None:
+            gemms.add(name)
+        if plan(func, target) is not None:
+            taken.add(name)
+    assert len(gemms) >= 6 and taken == gemms
+
+
+def test_declines_float16_and_cpu_targets(fused):
+    @T.prim_func(private=True, s_tir=True)
+    def matmul_f16(a: T.Buffer((256, 256), "float16"), b: T.Buffer((256, 256), "float16"),
+                   c: T.Buffer((256, 256), "float16")):
+        for i, j, k in T.grid(256, 256, 256):
+            with T.sblock("matmul"):
+                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                with T.init():
+                    c[vi, vj] = T.float16(0)
+                c[vi, vj] = c[vi, vj] + a[vi, vk] * b[vk, vj]
+
+    assert plan(matmul_f16, hw.target(H200)) is None
+    conv = fused[("resnet50", 1)]["fused_conv2d_add_batch_norm_relu"]
+    assert ImplicitGemm().apply(conv, tvm.target.Target({"kind": "llvm"}), False) is None
+
+
+# ---- (2) numerics ------------------------------------------------------------------------------
+NUMERICS = [
+    ("resnet50", 1, "fused_conv2d_add_batch_norm_relu"),  # 7x7 stride 2, K = 147
+    ("resnet50", 1, "fused_conv2d14_add10_batch_norm8"),  # 1x1 stride 2 (downsample)
+    ("resnet50", 1, "fused_conv2d10_add5_batch_norm4_relu4"),  # 3x3 stride 2, split K
+    ("resnet50", 1, "fused_conv2d19_add14_batch_norm11_add15_relu11"),  # residual epilogue
+    ("bert_encoder_layer", 1, "fused_matmul3_add2_divide1_erf_add3_multiply_multiply1"),  # GELU
+    ("bert_encoder_layer", 1, "matmul2"),  # batched (S = heads)
+]
+
+
+@pytest.mark.parametrize("model,batch,name", NUMERICS)
+def test_schedules_compute_the_same(fused, model, batch, name):
+    func = fused[(model, batch)][name]
+    planned = plan(func, hw.target(H200))
+    assert planned is not None
+    _, tile, sch = planned
+    assert_schedule_preserves_numerics(func, sch, reassociates=tile.split_k > 1)
+
+
+# ---- (3) tiles ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("profile", [H200, "nvidia-rtx-3060", "amd-mi300x"])
+def test_tiles_respect_target_limits(fused, profile):
+    target = hw.target(profile)
+    limits = gpu_limits(target)
+    for name, func in fused[("resnet50", 1)].items():
+        planned = plan(func, target)
+        if planned is None:
+            continue
+        _, tile, sch = planned
+        assert tile.threads % limits.warp_size == 0, name
+        assert tile.threads <= min(limits.max_threads_per_block, 256 if profile.startswith("amd") else 1024)
+        assert tile.shared_bytes <= limits.shared_memory_bytes_per_block
+        assert 0 < allocated_shared_bytes(sch.mod["main"]) <= tile.shared_bytes, name
+
+
+def test_batch1_late_layers_split_k_and_batch32_keep_large_thread_tiles(fused):
+    target = hw.target(H200)
+    sms = gpu_limits(target).multiprocessor_count
+    # 3x3 conv, 512 channels on 7x7: 49 x 512 outputs, K = 4608
+    problem, tile, _ = plan(fused[("resnet50", 1)]["fused_conv2d18_add13_batch_norm10_relu10"], target)
+    assert (problem.rows, problem.cols, problem.depth) == (49, 512, 4608)
+    assert tile.split_k > 1 and tile.blocks >= sms // 2  # dlight's one tile: 16 blocks
+    # 1x1 conv, 64 -> 256 channels on 32 x 56 x 56 pixels
+    problem, tile, _ = plan(fused[("resnet50", 32)]["fused_conv2d3_add2_batch_norm2"], target)
+    assert problem.rows == 32 * 56 * 56
+    assert tile.split_k == 1 and tile.micro_rows * tile.micro_cols >= 32
+
+
+# ---- (4) builds --------------------------------------------------------------------------------
+@pytest.mark.parametrize("model", ["resnet50", "bert_encoder_layer"])
+def test_sm90_gemm_kernels_use_shared_memory_without_spills(fused, model):
+    target = hw.target(H200)
+    mod = import_onnx(build(model, batch=1), keep_params_in_input=True)
+    source = cuda_source(tvm.compile(mod, target=target, relax_pipeline=get_pipeline(target)))
+    gemms = [n for n, f in fused[(model, 1)].items() if plan(f, target) is not None]
+    for name in gemms:
+        start = re.search(rf"void (?:__launch_bounds__\(\d+\) )?{name}_kernel\([^)]*\) {{", source)
+        assert start, name
+        assert "__shared__" in source[start.end():].split('extern "C"')[0], name
+    if nvcc_path() is None:
+        pytest.skip("nvcc not found: shared memory checked in the source only")
+    report = ptxas_report(source)
+    for name in gemms:
+        _, spill_st, spill_ld, smem = report[f"{name}_kernel"]
+        assert spill_st == 0 and spill_ld == 0 and smem > 0, name
+
+
+def test_resnet50_builds_for_gfx942():
+    target = hw.target("amd-mi300x")
+    mod = import_onnx(build("resnet50", batch=1), keep_params_in_input=True)
+    assert tvm.compile(mod, target=target, relax_pipeline=get_pipeline(target)) is not None
+
+
+# ---- on a GPU ------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_resnet50_on_gpu_matches_stock():
+    target = hw.target(H200)
+    dev = tvm.cuda(0)
+    model = build("resnet50", batch=1)
+    mod, params = relax.frontend.detach_params(import_onnx(model))
+    feeds = example_inputs(model)
+    num_input = int(mod["main"].attrs["num_input"])
+    args = [tvm.runtime.tensor(feeds[p.name], dev) for p in mod["main"].params[:num_input]]
+    args += [tvm.runtime.tensor(w.numpy(), dev) for w in params.get("main", [])]
+    outs = []
+    for pipeline in (get_pipeline(target), hw.stock_pipeline(target)):
+        vm = relax.VirtualMachine(tvm.compile(mod, target=target, relax_pipeline=pipeline), dev)
+        out = vm["main"](*args)
+        outs.append((out[0] if isinstance(out, (list, tuple)) else out).numpy())
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-4, atol=1e-4)
