@@ -11,6 +11,7 @@ from tvm.s_tir.dlight.base import ScheduleRule
 
 from .conv_pool import ConvPool, supports_pair
 from .depthwise_conv import DepthwiseConv
+from .elementwise import VectorizedElementwise
 from .gemm import ImplicitGemm
 
 #: Complex pairs ("producer kind->consumer kind") that a template here runs as one kernel, each
@@ -25,7 +26,8 @@ FUSED_PAIR_TEMPLATES: tuple = tuple(PAIR_TEMPLATES)
 
 def default_rules() -> List[ScheduleRule]:
     """This package's schedule rules, most specific first."""
-    return [ConvPool(), DepthwiseConv(), ImplicitGemm()]
+    return [ConvPool(), DepthwiseConv(), ImplicitGemm(), VectorizedElementwise()]
 
 
-__all__ = ["ConvPool", "DepthwiseConv", "ImplicitGemm", "FUSED_PAIR_TEMPLATES", "PAIR_TEMPLATES", "default_rules"]
+__all__ = ["ConvPool", "DepthwiseConv", "ImplicitGemm", "FUSED_PAIR_TEMPLATES", "PAIR_TEMPLATES", "VectorizedElementwise",
+           "default_rules"]
