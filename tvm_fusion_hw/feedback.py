@@ -144,7 +144,7 @@ def _plan(before: tvm.IRModule, after: tvm.IRModule) -> Plan:
     return plan
 
 
-def _build(mod, target, fuse: HardwareAwareFuseOps, progress, title: str):
+def _build(mod, target, fuse: HardwareAwareFuseOps, progress, title: str, schedules: bool = True):
     keep = _AroundFusion()
     if progress is not None:
         progress.total = max(progress.total, progress.done + 1)  # the loop decides how many builds
@@ -153,7 +153,8 @@ def _build(mod, target, fuse: HardwareAwareFuseOps, progress, title: str):
         with tvm.transform.PassContext(now.opt_level, required_pass=list(now.required_pass),
                                        disabled_pass=list(now.disabled_pass), config=dict(now.config),
                                        instruments=list(now.instruments) + [keep]):
-            executable = tvm.compile(mod, target=target, relax_pipeline=get_pipeline(target, fuse_pass=fuse))
+            pipeline = get_pipeline(target, fuse_pass=fuse, schedules=schedules)
+            executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
     return executable, _plan(keep.before, keep.after)
 
 
@@ -229,7 +230,8 @@ def _verdict(group: Figures, max_drop: float, complex_pair: bool = False) -> Opt
 
 
 def compile_with_feedback(mod: tvm.IRModule, target: tvm.target.Target, max_rounds: int = 3, progress=None,
-                          measure: Optional[Callable] = None, **knobs) -> FeedbackResult:
+                          measure: Optional[Callable] = None, schedules: bool = True,
+                          **knobs) -> FeedbackResult:
     """Compile ``mod`` with hardware-aware fusion, splitting the groups whose kernels measure badly.
 
     Parameters
@@ -244,6 +246,9 @@ def compile_with_feedback(mod: tvm.IRModule, target: tvm.target.Target, max_roun
         Prints one stage line per build.
     measure : callable, optional
         ``measure(executable, target) -> [KernelResources]``; :func:`.kernel_resources.measure` if omitted.
+    schedules : bool
+        Schedule with the plugin's templates (as :func:`.get_pipeline` does by default); False
+        measures dlight's schedules of the same groups.
     **knobs
         Fields of :class:`~tvm_fusion_hw.PolicyConfig`, for every build.
 
@@ -261,12 +266,13 @@ def compile_with_feedback(mod: tvm.IRModule, target: tvm.target.Target, max_roun
     records: List[SplitRecord] = []
     # The unfused parts first, so that the last build is the plan's (hw.last_report() is its report).
     base_fuse = HardwareAwareFuseOps(target, **{**knobs, "max_depth": 1})
-    base_ex, base_plan = _build(mod, target, base_fuse, progress, "feedback: compile the unfused parts")
+    base_ex, base_plan = _build(mod, target, base_fuse, progress, "feedback: compile the unfused parts",
+                                schedules)
     base_kernels = _measure(measure, base_ex, target)
     baseline = _Measured(base_plan, base_kernels or [], base_fuse.profile)
     for number in range(1, max_rounds + 1):
         fuse = HardwareAwareFuseOps(target, **knobs, split_groups=splits)
-        executable, plan = _build(mod, target, fuse, progress, f"feedback round {number}: compile")
+        executable, plan = _build(mod, target, fuse, progress, f"feedback round {number}: compile", schedules)
         report = fuse.report
         kernels = _measure(measure, executable, target) if base_kernels else None
         if kernels is None:
