@@ -9,8 +9,8 @@ and built for CUDA, and dlight's ``Matmul`` schedule of the same PrimFunc as the
 ``<out>/sweep.json`` (shapes, tiles, the model's predicted times) and one library per schedule.
 
 ``run`` (on the GPU box, with a bundle's runtime-only TVM): random inputs, every library timed with
-``time_evaluator`` (median of repeats), checked against the dlight reference; prints a table and
-writes ``sweep_results.json``.
+``time_evaluator`` (median of repeats), checked against the dlight reference; prints a line per
+schedule and writes ``sweep_results.json`` and ``sweep.md``.
 
     python bench/tile_sweep.py build --out .bundle/sweep resnet50:32:fused_conv2d16_add9_batch_norm7_relu7
     python3 bench/tile_sweep.py run --bundle .bundle --sweep .bundle/sweep --out results
@@ -28,7 +28,8 @@ import numpy as np
 
 
 def _tiles_to_try(rule, func, target, top):
-    """The rule's ``top`` tiles, then the best tile with one choice changed, without repeats."""
+    """The rule's ``top`` tiles, then the best tile with one choice changed (and each of those
+    with prefetch flipped), without repeats."""
     from tvm_fusion_hw.schedules.common import gpu_limits  # pylint: disable=import-outside-toplevel
 
     with target:
@@ -37,17 +38,19 @@ def _tiles_to_try(rule, func, target, top):
     chosen, seen = [], set()
 
     def key(t):
-        return (t.thread_rows, t.thread_cols, t.micro_rows, t.micro_cols, t.depth_step, t.split_k)
+        return (t.thread_rows, t.thread_cols, t.micro_rows, t.micro_cols, t.depth_step, t.split_k, t.prefetch)
 
     def same_but(t, **diff):
         return all(getattr(t, f) == getattr(best, f) for f in
-                   ("thread_rows", "thread_cols", "micro_rows", "micro_cols", "depth_step", "split_k")
-                   if f not in diff) and all(getattr(t, f) != v for f, v in diff.items())
+                   ("thread_rows", "thread_cols", "micro_rows", "micro_cols", "depth_step", "split_k",
+                    "prefetch") if f not in diff) and all(getattr(t, f) != v for f, v in diff.items())
 
     neighbours = [t for t in ranked if same_but(t, micro_rows=best.micro_rows, micro_cols=best.micro_cols)
                   or same_but(t, depth_step=best.depth_step) or same_but(t, split_k=best.split_k)
-                  or same_but(t, thread_rows=best.thread_rows, thread_cols=best.thread_cols)]
-    for tile in [best] + ranked[:top] + neighbours:
+                  or same_but(t, thread_rows=best.thread_rows, thread_cols=best.thread_cols)
+                  or same_but(t, prefetch=best.prefetch)]
+    flipped = [t for n in neighbours for t in ranked if key(t)[:-1] == key(n)[:-1] and t.prefetch != n.prefetch]
+    for tile in [best] + ranked[:top] + neighbours + flipped:
         if key(tile) not in seen:
             seen.add(key(tile))
             chosen.append(tile)
@@ -126,11 +129,34 @@ def run(bundle: Path, sweep: Path, out: Path, repeat: int) -> None:
             variant["us"] = float(np.median(timer(*args).results)) * 1e6
             tile = variant["tile"] or {}
             desc = ("{thread_rows}x{thread_cols} threads, {micro_rows}x{micro_cols} per thread, "
-                    "BK {depth_step}, split {split_k}, model {time_s:.2e} s".format(**tile) if tile else "dlight")
+                    "BK {depth_step}, split {split_k}, prefetch {prefetch}, model {time_s:.2e} s".format(**tile) if tile else "dlight")
             print(f"{case['case']:60s} {variant['name']:7s} {variant['us']:9.1f} us  err {variant['rel_err']:.1e}  {desc}",
                   flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep_results.json").write_text(json.dumps(results, indent=1))
+    write_markdown(results, out / "sweep.md")
+
+
+def write_markdown(results, path: Path) -> None:
+    """One table per case: each schedule's tile, modelled and measured time."""
+    lines = ["# ImplicitGemm tile sweep", "",
+             "Each kernel alone (time_evaluator median, warm L2). `model`: the cost model's time when "
+             "the sweep was built. `dlight`: dlight's Matmul schedule of the same PrimFunc.", ""]
+    for case in results["cases"]:
+        p = case["problem"]
+        lines += [f"## {case['case']}", "", f"S {p['batch']}, I {p['rows']}, J {p['cols']}, K {p['depth']}", "",
+                  "| schedule | threads (I x J) | per thread | BK | split K | prefetch | blocks | model (us) "
+                  "| measured (us) | rel err vs dlight |",
+                  "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+        for v in sorted(case["variants"], key=lambda v: v.get("us", float("inf"))):
+            t = v["tile"]
+            cells = (["dlight"] + ["-"] * 7 if t is None else
+                     [v["name"], f"{t['thread_rows']}x{t['thread_cols']}", f"{t['micro_rows']}x{t['micro_cols']}",
+                      str(t["depth_step"]), str(t["split_k"]), "yes" if t.get("prefetch") else "no",
+                      str(t["blocks"]), f"{t['time_s'] * 1e6:.1f}"])
+            lines.append("| " + " | ".join(cells + [f"{v['us']:.1f}", f"{v['rel_err']:.1e}"]) + " |")
+        lines.append("")
+    path.write_text("\n".join(lines))
 
 
 def main(argv=None) -> int:

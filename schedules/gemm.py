@@ -11,7 +11,9 @@ This rule keeps dlight's normalisation and chooses the tile per GEMM on the hard
 
 * the block tile (``BM x BN``) and thread tile (``TM x TN`` accumulators in registers, split into
   chunks strided by the thread count so a warp's shared reads do not conflict),
-* the K step staged in shared memory (A and B tiles, ``(BM + BN) x BK`` elements),
+* the K step staged in shared memory (A and B tiles, ``(BM + BN) x BK`` elements), and whether
+  the next step is prefetched into registers while this one computes (TVM's software pipeline:
+  the loads' latency overlaps the FMAs at the price of the staged registers),
 * split-K (``rfactor``): when even the smallest tile leaves SMs idle, K is cut into ``P`` parts run
   by ``P`` times as many blocks, each writing a partial sum, and a second kernel adds the parts and
   applies the epilogue,
@@ -68,6 +70,7 @@ class GemmTile:  # pylint: disable=too-many-instance-attributes
     micro_cols: int  # accumulators per thread along J
     depth_step: int  # BK: K elements staged in shared memory per step
     split_k: int  # P: parts K is cut into (1: no split)
+    prefetch: bool  # load step k+1 into registers while step k computes
     blocks: int
     shared_bytes: int
     registers_estimate: int
@@ -239,11 +242,12 @@ def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile
         for micro_rows, micro_cols in config.micro_shapes:
             for depth_step in config.depth_steps:
                 for split_k in _splits(problem, depth_step, config):
-                    tile = _model(problem, limits, config, thread_rows, thread_cols, micro_rows,
-                                  micro_cols, depth_step, split_k)
-                    if tile is not None:
-                        tiles.append(tile)
-    tiles.sort(key=lambda t: (t.time_s, -t.block_rows * t.block_cols, t.split_k))
+                    for prefetch in (True, False):
+                        tile = _model(problem, limits, config, thread_rows, thread_cols, micro_rows,
+                                      micro_cols, depth_step, split_k, prefetch)
+                        if tile is not None:
+                            tiles.append(tile)
+    tiles.sort(key=lambda t: (t.time_s, -t.block_rows * t.block_cols, t.split_k, not t.prefetch))
     return tiles
 
 
@@ -259,7 +263,7 @@ def _splits(problem: GemmProblem, depth_step: int, config) -> List[int]:
 
 def _model(  # pylint: disable=too-many-arguments,too-many-locals
     problem: GemmProblem, limits: GPULimits, config, thread_rows: int, thread_cols: int,
-    micro_rows: int, micro_cols: int, depth_step: int, split_k: int,
+    micro_rows: int, micro_cols: int, depth_step: int, split_k: int, prefetch: bool,
 ) -> Optional[GemmTile]:
     """Modelled time of one tile choice, or None when it does not fit the hardware."""
     threads = thread_rows * thread_cols
@@ -270,7 +274,8 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     shared = (block_rows + block_cols) * depth_step * problem.dtype_bytes
     if shared > limits.shared_memory_bytes_per_block:
         return None
-    registers = _registers(micro_rows, micro_cols, config)
+    staged = math.ceil((block_rows + block_cols) * depth_step / threads) if prefetch else 0
+    registers = _registers(micro_rows, micro_cols, config) + staged
     if registers > limits.max_registers_per_thread:
         return None
     per_sm = _blocks_per_multiprocessor(limits, threads, registers, shared)
@@ -299,14 +304,16 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     waves = math.ceil(blocks / (sms * per_sm))
     sm_rate = limits.warp_instructions_per_s / sms
     step_compute = warp_instr_per_block / steps / sm_rate
-    time = waves * steps * max(resident * step_compute, config.step_latency_s + step_compute)
+    # Prefetching overlaps a block's own loads with its compute: max instead of sum.
+    lone_step = (max if prefetch else sum)((config.step_latency_s, step_compute))
+    time = waves * steps * max(resident * step_compute, lone_step)
 
     if split_k > 1:
         partial_bytes = split_k * problem.batch * padded_rows * padded_cols * problem.dtype_bytes
         time += 2 * partial_bytes / limits.dram_bytes_per_s + config.launch_s
     ideal = problem.flops / (2 * limits.warp_instructions_per_s * limits.warp_size)
-    return GemmTile(thread_rows, thread_cols, micro_rows, micro_cols, depth_step, split_k, blocks,
-                    shared, registers, per_sm, time, ideal / time)
+    return GemmTile(thread_rows, thread_cols, micro_rows, micro_cols, depth_step, split_k, prefetch,
+                    blocks, shared, registers, per_sm, time, ideal / time)
 
 
 def _blocks_per_multiprocessor(limits: GPULimits, threads: int, registers: int, shared: int) -> int:
@@ -364,18 +371,23 @@ def _schedule(  # pylint: disable=too-many-locals
 
     for index, spatial_inner in enumerate(problem.fetch_spatial_inner):
         _cooperative_fetch(sch, gemm, ko, index, spatial_inner, slow_threads, fast_threads,
-                           tile.depth_step)
+                           tile.depth_step, tile.prefetch)
 
     if final is None:
         auto_inline_consumer_chain(sch, local)
     else:
         _schedule_split_sum(sch, final, tile.threads, problem.rows_contiguous)
+    if tile.prefetch:
+        # ko's body: A to registers, A to shared, B likewise, the compute. Steady state: load step
+        # k+1 into registers, compute step k, then (after a barrier) store k+1 to shared.
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, 0, 0, 1])
+        sch.annotate(ko, "software_pipeline_order", [0, 3, 1, 4, 2])
     sch.decompose_reduction(gemm, ko)
 
 
 def _cooperative_fetch(  # pylint: disable=too-many-arguments
     sch: s_tir.Schedule, gemm: SBlockRV, ko, index: int, spatial_inner: bool,
-    threads_y: int, threads_x: int, depth_step: int,
+    threads_y: int, threads_x: int, depth_step: int, prefetch: bool,
 ) -> None:
     """Stage operand ``index``'s ``[1, B, BK]`` tile in shared memory, all threads copying.
 
@@ -395,6 +407,9 @@ def _cooperative_fetch(  # pylint: disable=too-many-arguments
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
     sch.storage_align(fetch, 0, axis=1, factor=depth_step, offset=1)
+    if prefetch:
+        # global -> registers -> shared, so the pipeline can issue the next step's loads early
+        sch.annotate(fetch, "tirx.manifest_shared_memory_local_stage", 1)
     auto_inline_producers(sch, fetch)
 
 
