@@ -301,20 +301,22 @@ class TiledScheduleRule(GPUScheduleRule):
         limits = gpu_limits(target)
 
         # Step 1. Match the pattern and inline what surrounds it.
-        matched = self.match(s_tir.Schedule(func), config)
+        matched_sch = s_tir.Schedule(func)
+        matched = self.match(matched_sch, config)
         if matched is None:
             return None
+        problem, *blocks = matched
 
         # Step 2. Rank the tiles on the hardware profile.
-        tiles = self.rank(matched[0], limits, config)
+        tiles = self.rank(problem, limits, config)
 
         # Step 3. Schedule the best tile whose shared buffers TVM compacts to the planned size
         # (a tile that does not divide the output can compact to far more); failing that, the
-        # first whose compacted buffers still fit a block.
+        # first whose compacted buffers still fit a block. Each attempt starts from a copy of the
+        # matched schedule (its block handles stay valid in the copy).
         fallback = None
         for tile in tiles[: config.max_attempts]:
-            sch = s_tir.Schedule(func)
-            problem, *blocks = self.match(sch, config)
+            sch = matched_sch.copy()
             try:
                 self.schedule(sch, problem, tile, *blocks)
                 allocated = allocated_shared_bytes(sch.mod["main"])

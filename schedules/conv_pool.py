@@ -98,6 +98,9 @@ class ConvPool(TiledScheduleRule):
         max_attempts : int
             Ranked tiles tried before giving up, when TVM compacts a shared buffer to more than
             planned (an edge-tile guard it cannot see through).
+        shortlist : int
+            Shapes whose every chunk is costed, after all shapes were costed at their largest
+            chunk (the full product is ~30k evaluations, most of a compile's time).
         """
 
         min_threads: int = 64
@@ -112,6 +115,7 @@ class ConvPool(TiledScheduleRule):
         max_stride: int = 2
         max_window: int = 4
         max_attempts: int = 8
+        shortlist: int = 64
 
     def get_config(self, target: Target) -> "ConvPool.Config":
         """The search bounds for ``target``'s kind."""

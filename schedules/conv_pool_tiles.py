@@ -373,7 +373,14 @@ def rank_tiles(
     (wh, ww), warp = problem.window, limits.warp_size
     max_threads = min(config.max_threads, limits.max_threads_per_block)
     chunks = _divisors(problem.in_channels, config.max_chunk)
-    ranked = []
+
+    def key(tile):
+        return (round(tile.score, 2), -tile.lds_per_fma, -tile.wavefronts_per_fma, tile.chunk,
+                -tile.registers_estimate, -tile.threads)
+
+    # Two passes keep compile time low (every shape at every chunk is ~30k evaluations): each shape
+    # at its largest admissible chunk, then every chunk for the best shapes only.
+    first = []
     for cv, phv, pwv in itertools.product(
         _divisors(c_out, config.max_channels_per_thread),
         range(1, min(ph, 4) + 1),
@@ -387,13 +394,17 @@ def rank_tiles(
                     threads = ct * pht * pwt
                     if threads % warp or threads < config.min_threads:
                         continue
-                    for chunk in chunks:
-                        shape = (cv, ct, phv, pht, pwv, pwt)
-                        tile = evaluate_tile(problem, limits, config, shape, chunk)
-                        if tile is not None:
-                            key = (round(tile.score, 2), -tile.lds_per_fma,
-                                   -tile.wavefronts_per_fma, tile.chunk,
-                                   -tile.registers_estimate, -tile.threads)
-                            ranked.append((key, tile))
+                    shape = (cv, ct, phv, pht, pwv, pwt)
+                    tile = next((t for t in (evaluate_tile(problem, limits, config, shape, c)
+                                             for c in reversed(chunks)) if t is not None), None)
+                    if tile is not None:
+                        first.append((key(tile), shape))
+    first.sort(reverse=True)
+    ranked = []
+    for _, shape in first[: config.shortlist]:
+        for chunk in chunks:
+            tile = evaluate_tile(problem, limits, config, shape, chunk)
+            if tile is not None:
+                ranked.append((key(tile), tile))
     ranked.sort(key=lambda item: item[0], reverse=True)
     return [tile for _, tile in ranked]
