@@ -61,11 +61,11 @@ from tvm import s_tir, sym, tirx
 from tvm.ir import Call, TensorLoad
 from tvm.runtime import DataType
 from tvm.s_tir.dlight.analysis import get_root_block
-from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from .common import GPULimits, const_int, gpu_limits, is_plain_spatial, tensor_loads, trivially_bound
+from .common import (GPULimits, TiledScheduleRule, const_int, gpu_limits, is_plain_spatial, tensor_loads,
+                     trivially_bound)
 
 SBlockRV = s_tir.schedule.SBlockRV
 
@@ -107,7 +107,7 @@ class ElementwisePlan:
     registers_estimate: int
 
 
-class VectorizedElementwise(GPUScheduleRule):
+class VectorizedElementwise(TiledScheduleRule):
     """Element-wise (spatial, injective) PrimFuncs with vector loads and stores.
 
     Returns ``None`` (dlight's ``Fallback`` takes it) for anything with a reduction, dynamic
@@ -161,17 +161,9 @@ class VectorizedElementwise(GPUScheduleRule):
         limit = target.attrs.get("max_num_threads", None)
         return VectorizedElementwise.Config(max_threads=int(limit) if limit is not None else None)
 
-    def apply(self, func: tirx.PrimFunc, target: Target, _: bool) -> Optional[s_tir.Schedule]:
-        planned = self.schedule_best(func, target)
-        return None if planned is None else planned[2]
-
-    def plan(self, func: tirx.PrimFunc, target: Target):
-        """``(problem, plan)`` the rule uses for ``func``, or None when it is not the pattern."""
-        planned = self.schedule_best(func, target)
-        return None if planned is None else planned[:2]
-
     def schedule_best(self, func: tirx.PrimFunc, target: Target):
-        """``(problem, plan, schedule)`` for ``func``, or None."""
+        """``(problem, plan, schedule)`` for ``func``, or None (one plan: no tiles to rank, no
+        shared memory to check; ``apply`` and ``plan`` come from TiledScheduleRule)."""
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
             return None
         config = self.get_config(target)

@@ -29,13 +29,12 @@ from tvm.s_tir import dlight as dl
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.frontend import import_onnx
-from tvm_fusion_hw.models import build, example_inputs
+from tvm_fusion_hw.models import build
 from tvm_fusion_hw.models.common import GraphBuilder
-from tvm_fusion_hw.pipeline import _backend
 from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
 from tvm_fusion_hw.schedules.depthwise_conv import DepthwiseConv
 from tir_checks import (assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs,
-                        ptxas_report)
+                        ptxas_report, run_model)
 
 H200 = "nvidia-h200"
 LLVM = tvm.target.Target({"kind": "llvm"})
@@ -56,31 +55,8 @@ def fuse(mod, target, ours=True):
 
 
 def pipeline(target, rule=True):
-    """TVM's default pipeline for ``target`` with our fusion and (optionally) DepthwiseConv first.
-
-    The structure of ``tvm_fusion_hw.get_pipeline``; only the ApplyDefaultSchedule differs.
-    """
-    passes = _backend(target)
-    rules = ([DepthwiseConv()] if rule else []) + [r() for r in STOCK_RULES]
-
-    def swap(p):
-        if p.info.name == "FuseOps":
-            return hw.HardwareAwareFuseOps(target)
-        if p.info.name == "ApplyDefaultSchedule":
-            return dl.ApplyDefaultSchedule(*rules)
-        return p
-
-    @tvm.transform.module_pass(opt_level=0, name="DepthwiseTestPipeline")
-    def _pipeline(mod, _ctx):
-        with target:
-            return tvm.transform.Sequential(
-                passes.library_dispatch_passes(target)
-                + [swap(p) for p in passes.legalize_passes(target)]
-                + passes.dataflow_lower_passes(target)
-                + passes.finalize_passes(target)
-            )(mod)
-
-    return _pipeline
+    """``get_pipeline`` with DepthwiseConv alone before dlight's rules (or dlight's rules only)."""
+    return hw.get_pipeline(target, schedules=[DepthwiseConv()] if rule else False)
 
 
 def _blocks(func):
@@ -302,26 +278,17 @@ def test_mobilenet_sm90_kernels_use_shared_memory_without_spills(mobilenet_b1_sm
 # ---- on a GPU ------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_mobilenet_on_gpu_matches_without_the_rule():
-    target = hw.target(H200)
-    dev = tvm.cuda(0)
-    model = build("mobilenet_v2", batch=1)
-    mod, params = relax.frontend.detach_params(import_onnx(model))
-    feeds = example_inputs(model)
-    num_input = int(mod["main"].attrs["num_input"])
-    args = [tvm.runtime.tensor(feeds[p.name], dev) for p in mod["main"].params[:num_input]]
-    args += [tvm.runtime.tensor(w.numpy(), dev) for w in params.get("main", [])]
+    target, dev = hw.target(H200), tvm.cuda(0)
     outs = {}
     for rule in (True, False):
-        ex = tvm.compile(mod, target=target, relax_pipeline=pipeline(target, rule=rule))
-        vm = relax.VirtualMachine(ex, dev)
-        outs[rule] = vm["main"](*args)
-        outs[rule] = (outs[rule][0] if isinstance(outs[rule], (list, tuple)) else outs[rule]).numpy()
+        outs[rule], vm, args = run_model("mobilenet_v2", 1, target, pipeline(target, rule=rule), dev)
         timer = vm.time_evaluator("main", dev, number=20, repeat=3)
         print(f"MobileNetV2 b1, depthwise rule {'on' if rule else 'off'}: "
               f"{timer(*args).median * 1e3:.3f} ms")
     np.testing.assert_allclose(outs[True], outs[False], rtol=1e-4, atol=1e-4)
 
     # Kernel time of each depthwise kernel alone, rule vs dlight's defaults (printed only).
+    mod = import_onnx(build("mobilenet_v2", batch=1), keep_params_in_input=True)
     fused = prim_funcs(fuse(mod, target))
     for name, f in fused.items():
         if not is_depthwise_kernel(f):

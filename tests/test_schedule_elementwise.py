@@ -27,20 +27,18 @@ import re
 import pytest
 import tvm
 from tvm import relax
-from tvm.s_tir import dlight as dl
 from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw import kernel_resources, toolchain
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build
-from tvm_fusion_hw.pipeline import _backend, fused_module
+from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.common import gpu_limits
 from tvm_fusion_hw.schedules.elementwise import VectorizedElementwise, register_budget
-from tir_checks import LLVM, assert_schedule_preserves_numerics, cuda_source, prim_funcs
+from tir_checks import LLVM, assert_schedule_preserves_numerics, cuda_source, prim_funcs, run_model
 
 H200 = "nvidia-h200"
-STOCK_RULES = (dl.gpu.Matmul, dl.gpu.GEMV, dl.gpu.Reduction, dl.gpu.GeneralReduction, dl.gpu.Fallback)
 MICRO = {"eltwise5": "fused_relu_add_tir_sigmoid_multiply", "relu_add_mul": "fused_relu_add_multiply"}
 
 
@@ -52,29 +50,8 @@ def fused_funcs(model, batch, target):
 
 
 def pipeline(target):
-    """``get_pipeline``'s structure with this rule first and dlight's rules after it, so the test
-    sees this rule alone (not the other templates)."""
-    passes = _backend(target)
-    rules = [VectorizedElementwise()] + [r() for r in STOCK_RULES]
-
-    def swap(p):
-        if p.info.name == "FuseOps":
-            return hw.HardwareAwareFuseOps(target)
-        if p.info.name == "ApplyDefaultSchedule":
-            return dl.ApplyDefaultSchedule(*rules)
-        return p
-
-    @tvm.transform.module_pass(opt_level=0, name="ElementwiseTestPipeline")
-    def _pipeline(mod, _ctx):
-        with target:
-            return tvm.transform.Sequential(
-                passes.library_dispatch_passes(target)
-                + [swap(p) for p in passes.legalize_passes(target)]
-                + passes.dataflow_lower_passes(target)
-                + passes.finalize_passes(target)
-            )(mod)
-
-    return _pipeline
+    """``get_pipeline`` with this rule alone before dlight's rules (not the other templates)."""
+    return hw.get_pipeline(target, schedules=[VectorizedElementwise()])
 
 
 def chain_func(inputs, target, shape=(256, 1024)):
@@ -389,21 +366,6 @@ def test_mi300x_build():
 def test_micro_graphs_on_gpu_match_llvm(model):
     import numpy as np  # pylint: disable=import-outside-toplevel
 
-    from tvm_fusion_hw.models import example_inputs  # pylint: disable=import-outside-toplevel
-
-    target = hw.target(H200)
-    dev = tvm.cuda(0)
-    onnx_model = build(model, batch=32)
-    mod, params = relax.frontend.detach_params(import_onnx(onnx_model))
-    feeds = example_inputs(onnx_model)
-    num_input = int(mod["main"].attrs["num_input"])
-    inputs = [feeds[p.name] for p in mod["main"].params[:num_input]]
-    weights = [w.numpy() for w in params.get("main", [])]
-    outs = []
-    for tgt, device in ((target, dev), (LLVM, tvm.cpu())):
-        pipe = pipeline(tgt) if tgt.kind.name == "cuda" else hw.get_pipeline(LLVM, profile=H200)
-        vm = relax.VirtualMachine(tvm.compile(mod, target=tgt, relax_pipeline=pipe), device)
-        args = [tvm.runtime.tensor(a, device) for a in inputs + weights]
-        out = vm["main"](*args)
-        outs.append((out[0] if isinstance(out, (list, tuple)) else out).numpy())
-    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    gpu = run_model(model, 32, hw.target(H200), pipeline(hw.target(H200)), tvm.cuda(0))[0]
+    cpu = run_model(model, 32, LLVM, hw.get_pipeline(LLVM, profile=H200), tvm.cpu())[0]
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-5, atol=1e-5)

@@ -19,17 +19,18 @@ import re
 import numpy as np
 import pytest
 import tvm
-from tvm import relax, s_tir
+from tvm import s_tir
 from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.analysis import analyze_func
 from tvm_fusion_hw.frontend import import_onnx
-from tvm_fusion_hw.models import build, example_inputs
+from tvm_fusion_hw.models import build
 from tvm_fusion_hw.pipeline import fused_module, get_pipeline
 from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
 from tvm_fusion_hw.schedules.gemm import ImplicitGemm
-from tir_checks import assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs, ptxas_report
+from tir_checks import (assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs, ptxas_report,
+                        run_model)
 
 H200 = "nvidia-h200"
 GEMM_KINDS = ("conv", "pointwise_conv", "matmul")
@@ -158,17 +159,7 @@ def test_resnet50_builds_for_gfx942():
 # ---- on a GPU ------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_resnet50_on_gpu_matches_stock():
-    target = hw.target(H200)
-    dev = tvm.cuda(0)
-    model = build("resnet50", batch=1)
-    mod, params = relax.frontend.detach_params(import_onnx(model))
-    feeds = example_inputs(model)
-    num_input = int(mod["main"].attrs["num_input"])
-    args = [tvm.runtime.tensor(feeds[p.name], dev) for p in mod["main"].params[:num_input]]
-    args += [tvm.runtime.tensor(w.numpy(), dev) for w in params.get("main", [])]
-    outs = []
-    for pipeline in (get_pipeline(target), hw.stock_pipeline(target)):
-        vm = relax.VirtualMachine(tvm.compile(mod, target=target, relax_pipeline=pipeline), dev)
-        out = vm["main"](*args)
-        outs.append((out[0] if isinstance(out, (list, tuple)) else out).numpy())
-    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-4, atol=1e-4)
+    target, dev = hw.target(H200), tvm.cuda(0)
+    ours = run_model("resnet50", 1, target, get_pipeline(target), dev)[0]
+    stock = run_model("resnet50", 1, target, hw.stock_pipeline(target), dev)[0]
+    np.testing.assert_allclose(ours, stock, rtol=1e-4, atol=1e-4)

@@ -99,3 +99,22 @@ def ptxas_report(source):
         if m and name:
             report[name] = (int(m.group(1)), *spills, int(m.group(2) or 0))
     return report
+
+
+def run_model(name, batch, target, pipeline, device):
+    """(first output as numpy, vm, args) of zoo model ``name`` built with ``pipeline`` for
+    ``target`` and run on ``device`` on its seeded example inputs and weights."""
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    from tvm_fusion_hw.frontend import import_onnx  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.models import build, example_inputs  # pylint: disable=import-outside-toplevel
+
+    model = build(name, batch=batch)
+    mod, params = relax.frontend.detach_params(import_onnx(model))
+    feeds = example_inputs(model)
+    num_input = int(mod["main"].attrs["num_input"])
+    args = [tvm.runtime.tensor(feeds[p.name], device) for p in mod["main"].params[:num_input]]
+    args += [tvm.runtime.tensor(w.numpy(), device) for w in params.get("main", [])]
+    vm = relax.VirtualMachine(tvm.compile(mod, target=target, relax_pipeline=pipeline), device)
+    out = vm["main"](*args)
+    return (out[0] if isinstance(out, (list, tuple)) else out).numpy(), vm, args

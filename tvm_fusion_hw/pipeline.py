@@ -8,7 +8,7 @@ fusion decisions alone.
 
 from __future__ import annotations
 
-from typing import List, Optional, Union
+from typing import List, Optional, Sequence, Union
 
 import tvm
 from tvm import relax
@@ -46,14 +46,14 @@ def _swap_fuse_ops(passes: List[tvm.transform.Pass], fuse: tvm.transform.Pass) -
     return _swap(passes, "FuseOps", fuse)
 
 
-def schedule_pass() -> tvm.transform.Pass:
-    """dlight's default GPU schedule with this plugin's templates tried first."""
+def schedule_pass(rules: Optional[Sequence] = None) -> tvm.transform.Pass:
+    """dlight's default GPU schedule with ``rules`` (default: this plugin's templates) tried first."""
     from tvm.s_tir import dlight as dl  # pylint: disable=import-outside-toplevel
 
     from .schedules import default_rules  # pylint: disable=import-outside-toplevel
 
     return dl.ApplyDefaultSchedule(
-        *default_rules(),
+        *(default_rules() if rules is None else rules),
         dl.gpu.Matmul(),
         dl.gpu.GEMV(),
         dl.gpu.Reduction(),
@@ -62,15 +62,17 @@ def schedule_pass() -> tvm.transform.Pass:
     )
 
 
-def legalize_passes(target: tvm.target.Target, fuse_pass: tvm.transform.Pass, schedules: bool = True):
+def legalize_passes(target: tvm.target.Target, fuse_pass: tvm.transform.Pass,
+                    schedules: Union[bool, Sequence] = True):
     """TVM's legalization passes for ``target`` with the plugin's fusion (and schedules) in them."""
     legalize = _swap_fuse_ops(_backend(target).legalize_passes(target), fuse_pass)
     # Fused epilogues can carry dead outputs (batch_norm's running statistics): drop them before
     # scheduling, or dlight leaves them as host loops over device memory.
     fuse_tir = [p.info.name for p in legalize].index("FuseTIR")
     legalize.insert(fuse_tir + 1, EliminateDeadBlocks())
-    if schedules and target.kind.name in ("cuda", "rocm"):
-        legalize = _swap(legalize, "ApplyDefaultSchedule", schedule_pass())
+    if schedules is not False and target.kind.name in ("cuda", "rocm"):
+        rules = None if schedules is True else list(schedules)
+        legalize = _swap(legalize, "ApplyDefaultSchedule", schedule_pass(rules))
     return legalize
 
 
@@ -78,7 +80,7 @@ def get_pipeline(
     target: tvm.target.Target,
     profile: Union[HardwareProfile, str, None] = None,
     fuse_pass: Optional[HardwareAwareFuseOps] = None,
-    schedules: bool = True,
+    schedules: Union[bool, Sequence] = True,
     **knobs,
 ) -> tvm.transform.Pass:
     """TVM's default pipeline for ``target`` with hardware-aware fusion in place of FuseOps.
@@ -93,11 +95,11 @@ def get_pipeline(
         llvm target builds the GPU's fusion decisions for the CPU (how the tests check numerics).
     fuse_pass : HardwareAwareFuseOps, optional
         A pass instance to use (and read ``.report`` from afterwards); made from ``knobs`` if omitted.
-    schedules : bool
+    schedules : bool or sequence of dlight ScheduleRule
         Try the plugin's schedule templates (``tvm_fusion_hw.schedules``) before dlight's rules on
-        GPU targets. False keeps dlight's default schedule: then fusion (and removing the dead
-        blocks it can leave, see :mod:`.dead_blocks`) is the only difference from
-        :func:`stock_pipeline`.
+        GPU targets; a sequence tries those rules instead (e.g. ``[DepthwiseConv()]`` alone).
+        False keeps dlight's default schedule: then fusion (and removing the dead blocks it can
+        leave, see :mod:`.dead_blocks`) is the only difference from :func:`stock_pipeline`.
     **knobs
         Keywords of :class:`tvm_fusion_hw.PolicyConfig`, passed to the fusion pass.
     """
