@@ -19,9 +19,16 @@ This rule keeps dlight's normalisation and chooses the tile per GEMM on the hard
   applies the epilogue,
 
 by a cost model that counts waves of blocks over the SMs (register and shared-memory limits give
-the blocks per SM), the issue cost of a thread tile (FMAs plus the shared loads that feed them),
-and the partial sums' round trip through memory. The epilogue (bias, BatchNorm, activation,
-residual add) runs on the accumulators before the one global store, as in dlight.
+the blocks per SM), the issue cost of a thread tile (FMAs plus the shared loads that feed them), a
+K step's load latency that other resident blocks (or prefetch) hide, and the partial sums' round
+trip through memory. The epilogue (bias, BatchNorm, activation, residual add) runs on the
+accumulators before the one global store, as in dlight.
+
+Measured on an H200 (``bench/results/2026-11-30-h200-tile-sweep``, each kernel alone): 1.7x
+dlight's schedule on BERT's 4096x3072x768 GEMM (623 against 1045 us, about 31 TFLOP/s of the 67
+peak), 2.0x on ResNet-50's 1x1 convs at batch 32, 15x on its 7x7x512 3x3 conv at batch 1 (27 us,
+split K 16); whole ResNet-50 at batch 1: 4.85 ms with dlight's schedules of the same groups, 1.38
+without prefetch, 1.23 with it.
 """
 
 from __future__ import annotations
@@ -35,7 +42,6 @@ from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.dlight.gpu.matmul import (auto_inline_consumer_chain, auto_inline_producers,
                                          get_index_map, get_reduction_blocks)
 from tvm.target import Target
-
 
 from .common import GPULimits, TiledScheduleRule, const_int
 
