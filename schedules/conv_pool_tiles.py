@@ -88,6 +88,13 @@ class ConvPoolTile:  # pylint: disable=too-many-instance-attributes
         """Pooled columns per block."""
         return self.thread_cols * self.window_cols
 
+    def summary(self) -> str:
+        """The tile in words, for reports."""
+        return (f"{self.channels} channels x {self.pooled_rows}x{self.pooled_cols} pooled outputs a block, "
+                f"{self.threads} threads, {self.accumulators} conv outputs a thread in registers, "
+                f"{self.chunk} input channels staged a pass ({self.shared_bytes} B shared), "
+                f"{self.blocks} blocks, model {self.time_s * 1e6:.1f} us")
+
 
 # ---- tile choice -----------------------------------------------------------------------------
 #: Shared memory serves one 128-byte wavefront per clock while the multiprocessor issues 4 warp

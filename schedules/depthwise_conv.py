@@ -94,6 +94,12 @@ class DepthwiseTile:  # pylint: disable=too-many-instance-attributes
         """TH: output rows per block."""
         return self.thread_rows * self.rows_per_thread
 
+    def summary(self) -> str:
+        """The tile in words, for reports."""
+        return (f"{self.channels} channels x {self.rows}x{self.cols} outputs a block, {self.threads} threads, "
+                f"{self.rows_per_thread} outputs a thread, input tile with halo in shared memory "
+                f"({self.shared_bytes} B), {self.blocks} blocks, model {self.time_s * 1e6:.1f} us")
+
 
 class DepthwiseConv(TiledScheduleRule):
     """Depthwise conv2d (NCHW, weights [C, 1, KH, KW]) + element-wise epilogue, tiled in shared memory.

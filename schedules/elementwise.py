@@ -106,6 +106,11 @@ class ElementwisePlan:
     waves: float  # launched threads / resident threads of the whole GPU
     registers_estimate: int
 
+    def summary(self) -> str:
+        """The plan in words, for reports."""
+        return (f"{self.threads} threads a block, {self.vectors_per_thread} vector(s) a thread, "
+                f"{self.blocks} blocks, {self.waves:.2g} waves of resident threads")
+
 
 class VectorizedElementwise(TiledScheduleRule):
     """Element-wise (spatial, injective) PrimFuncs with vector loads and stores.

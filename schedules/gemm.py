@@ -99,6 +99,13 @@ class GemmTile:  # pylint: disable=too-many-instance-attributes
         """BN: outputs per block along J."""
         return self.thread_cols * self.micro_cols
 
+    def summary(self) -> str:
+        """The tile in words, for reports."""
+        return (f"{self.block_rows}x{self.block_cols} outputs a block ({self.thread_rows}x{self.thread_cols} "
+                f"threads x {self.micro_rows}x{self.micro_cols} accumulators), BK {self.depth_step}, "
+                f"split K {self.split_k}, {'prefetch' if self.prefetch else 'no prefetch'}, "
+                f"{self.blocks} blocks, model {self.time_s * 1e6:.1f} us")
+
 
 class ImplicitGemm(TiledScheduleRule):
     """Matmul and conv2d (groups = 1) in float32 with their epilogue, tiled on the profile.

@@ -87,6 +87,13 @@ def test_compile_prints_decisions_and_exports(capsys, tmp_path):
     assert lib.stat().st_size > 0
 
 
+def test_compile_explains_schedules(capsys):
+    code, out, _ = run_cli(capsys, "compile", "dw_pw", "--schedules", "--quiet")
+    assert code == 0
+    section = out.split("schedules (rule, tile, modelled time):")[1]
+    assert "DepthwiseConv: " in section and "ImplicitGemm: " in section and " us" in section
+
+
 def test_listing_commands(capsys):
     assert run_cli(capsys, "profiles")[1].count("\n") == len(known_profiles())
     assert "mobilenet_v2" in run_cli(capsys, "models")[1]

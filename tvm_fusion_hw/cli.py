@@ -69,6 +69,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
         report = fuse.report
     ours = time.perf_counter() - start
     print(report)
+    if args.schedules:
+        from .schedule_report import explain_schedules  # pylint: disable=import-outside-toplevel
+
+        with progress.stage("explain the schedule of every kernel"):
+            choices = explain_schedules(mod, tgt, rules=None)
+        print("\nschedules (rule, tile, modelled time):")
+        print("\n".join(f"  {c}" for c in choices))
     summary = f"\nkernels: {len(report.groups)} hardware-aware; compile {ours:.1f}s"
     if args.feedback:
         summary += f" ({len(result.rounds)} feedback round(s), {len(report.splits)} split(s))"
@@ -116,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--feedback", action="store_true",
                       help="measure every kernel's registers and occupancy (ptxas / AMDGPU metadata) "
                            "and split fused groups that spill or lose occupancy, then rebuild")
+    comp.add_argument("--schedules", action="store_true",
+                      help="also print each kernel's schedule rule and tile (GPU targets)")
     comp.add_argument("--report-json", help="write the decisions as JSON here")
     comp.add_argument("--export", help="write the built library here (.so)")
     comp.add_argument("--quiet", action="store_true", help="no progress lines")

@@ -1,0 +1,27 @@
+"""tvm_fusion_hw.schedule_report: every kernel's schedule rule, in call order, as get_pipeline picks it."""
+
+import tvm_fusion_hw as hw
+from tvm_fusion_hw.frontend import import_onnx
+from tvm_fusion_hw.models import build
+from tvm_fusion_hw.pipeline import fused_module, kernel_names
+from tvm_fusion_hw.schedule_report import explain_schedules
+from tvm_fusion_hw.schedules import ImplicitGemm
+
+
+def test_bert_kernels_name_their_rules_and_tiles():
+    target = hw.target("nvidia-h200")
+    mod = import_onnx(build("bert_encoder_layer", batch=1))
+    choices = explain_schedules(mod, target)
+    fused = fused_module(mod, target, hw.HardwareAwareFuseOps(target))
+    assert [c.kernel for c in choices] == list(dict.fromkeys(kernel_names(fused)))
+    rules = {c.kernel: c.rule for c in choices}
+    assert rules["fused_matmul_add"] == "ImplicitGemm" and rules["layer_norm"] == "dlight GeneralReduction"
+    gemm = next(c for c in choices if c.kernel == "fused_matmul_add")
+    assert "accumulators" in gemm.detail and "model" in gemm.detail and str(gemm).startswith("fused_matmul_add: ")
+
+
+def test_rules_argument_is_what_get_pipeline_takes():
+    target = hw.target("nvidia-h200")
+    mod = import_onnx(build("eltwise5", batch=32))
+    assert [c.rule for c in explain_schedules(mod, target)] == ["VectorizedElementwise"]
+    assert [c.rule for c in explain_schedules(mod, target, rules=[ImplicitGemm()])] == ["dlight Fallback"]
