@@ -53,24 +53,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
-import tvm
 import tvm_ffi
-from tvm import s_tir, sym, tirx
-from tvm.ir import Call, TensorLoad
-from tvm.runtime import DataType
+from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
 from .common import (GPULimits, TiledScheduleRule, const_int, gpu_limits, is_plain_spatial, tensor_loads,
                      trivially_bound)
+from .vector_lanes import coalesced, distinct, dtype_bytes, flat_index, vector_axis
 
 SBlockRV = s_tir.schedule.SBlockRV
 
-#: Element types the rule vectorizes (TVM's CUDA codegen has vector types for all of them).
-_VECTOR_TYPE_CODES = ("float", "bfloat", "int", "uint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,159 +183,6 @@ class VectorizedElementwise(TiledScheduleRule):
 
 
 # ---- matching ----------------------------------------------------------------------------------
-def _uses(expr, variables: Sequence[tirx.Var]) -> bool:
-    """Whether ``expr`` refers to any of ``variables``."""
-    found = []
-
-    def visit(var: tirx.Var) -> None:
-        if not found and any(var.same_as(v) for v in variables):
-            found.append(var)
-
-    tvm_ffi.structural_walk(expr, [(tirx.Var, visit)], order="post")
-    return bool(found)
-
-
-def _substitute(expr, mapping: Sequence[Tuple[tirx.Var, tirx.Expr]]):
-    """``expr`` with each variable of ``mapping`` replaced by its expression."""
-
-    def post(var: tirx.Var):
-        for old, new in mapping:
-            if var.same_as(old):
-                return new
-        return var
-
-    return tvm_ffi.structural_map(expr, (tirx.Var, post))
-
-
-def _element_bytes(dtype) -> Optional[int]:
-    """Bytes of one element of a scalar ``dtype`` the rule vectorizes, else None."""
-    dt = DataType(str(dtype))
-    if dt.lanes != 1 or dt.bits % 8 or not any(str(dtype).startswith(c) for c in _VECTOR_TYPE_CODES):
-        return None
-    return dt.bits // 8
-
-
-def _flat_index(load: TensorLoad) -> Optional[tirx.Expr]:
-    """The load's offset into its buffer's memory (elements), or None for a layout that is not
-    static."""
-    buf = load.source
-    shape = [const_int(d) for d in buf.shape]
-    if None in shape or not shape or len(shape) != len(load.indices):
-        return None
-    if buf.strides:
-        strides = [const_int(st) for st in buf.strides]
-        if None in strides:
-            return None
-    else:
-        strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
-    offset = const_int(buf.elem_offset) if buf.elem_offset is not None else 0
-    if offset is None:
-        return None
-    flat = None
-    for index, stride in zip(load.indices, strides):
-        term = index * stride if stride != 1 else index
-        flat = term if flat is None else flat + term
-    return flat + offset if offset else flat
-
-
-class _Lanes:
-    """The output's innermost axes from ``start`` on, fused and written as ``V*q + l``."""
-
-    def __init__(self, ivars: Sequence[tirx.Var], shape: Sequence[int], start: int, lanes: int):
-        dtype = str(ivars[0].ty.dtype)
-        self.lanes = lanes
-        self.q = tirx.Var("q", dtype)
-        self.lane = tirx.Var("l", dtype)
-        self.analyzer = sym.Analyzer()
-        for var, extent in zip(ivars[:start], shape[:start]):
-            self.analyzer.bind(var, tvm.ir.Range(0, extent))
-        self.analyzer.bind(self.q, tvm.ir.Range(0, math.prod(shape[start:]) // lanes))
-        self.analyzer.bind(self.lane, tvm.ir.Range(0, lanes))
-        flat = self.q * lanes + self.lane
-        self.mapping = []
-        for i in range(start, len(shape)):
-            stride = math.prod(shape[i + 1:])
-            value = tirx.floordiv(flat, stride) if stride > 1 else flat
-            if i > start:
-                value = tirx.floormod(value, shape[i])
-            self.mapping.append((ivars[i], value))
-
-    def rewrite(self, expr: tirx.Expr) -> tirx.Expr:
-        """``expr`` in ``q`` and ``l``, simplified."""
-        return self.analyzer.simplify(_substitute(expr, self.mapping))
-
-    def classify(self, flat: Optional[tirx.Expr]):
-        """``"broadcast"`` (the same element for every lane), ``"contiguous"`` (lane ``l`` reads
-        ``offset + l`` with ``offset`` a multiple of ``V``), or None."""
-        if flat is None:
-            return None
-        flat = self.rewrite(flat)
-        if not _uses(flat, [self.lane]):
-            return "broadcast"
-        coeffs = sym.detect_linear_equation(flat, [self.lane])
-        if len(coeffs) != 2 or const_int(self.analyzer.simplify(coeffs[0])) != 1:
-            return None
-        offset = coeffs[1]
-        if _uses(offset, [self.lane]):
-            return None
-        mod = self.analyzer.modular_set(offset)
-        if int(mod.coeff) % self.lanes or int(mod.base) % self.lanes:
-            return None
-        return "contiguous"
-
-    def conditions_vary(self, expr: tirx.Expr) -> bool:
-        """Whether an ``if_then_else`` in ``expr`` has a condition that changes within a vector
-        (TVM's vectorizer would scalarize the loop; its guarded loads must stay scalar)."""
-        op = tvm.ir.Op.get("prim.if_then_else")
-        conds = []
-        tvm_ffi.structural_walk(
-            expr, [(Call, lambda c: conds.append(c.args[0]) if c.op.same_as(op) else None)], order="post")
-        return any(_uses(self.rewrite(c), [self.lane]) for c in conds)
-
-
-def _vector_axis(ivars, shape, lanes, loads, flats, value):
-    """``(start, kinds)``: the fewest innermost axes (from ``start`` on) that ``lanes`` divides and
-    over which every load is contiguous or broadcast (their ``kinds``), or None."""
-    for start in reversed(range(len(shape))):
-        if shape[start] == 1 or math.prod(shape[start:]) % lanes:
-            continue
-        view = _Lanes(ivars, shape, start, lanes)
-        kinds = [view.classify(flat) for flat in flats]
-        if all(k is not None for k in kinds) and not view.conditions_vary(value):
-            return start, kinds
-    return None
-
-
-def _coalesced(ivars, shape, flats):
-    """The kinds of the loads for scalar accesses (``"contiguous"``: coefficient 1 on the innermost
-    axis of extent > 1, ``"broadcast"``: independent of it), or None for a transpose, a strided
-    or a gathered load."""
-    inner = max((i for i, extent in enumerate(shape) if extent > 1), default=None)
-    if inner is None:
-        return None
-    analyzer = sym.Analyzer()
-    for var, extent in zip(ivars, shape):
-        analyzer.bind(var, tvm.ir.Range(0, extent))
-    kinds = []
-    for flat in flats:
-        if flat is None:
-            return None
-        flat = analyzer.simplify(flat)
-        if not _uses(flat, [ivars[inner]]):
-            kinds.append("broadcast")
-            continue
-        coeffs = sym.detect_linear_equation(flat, [ivars[inner]])
-        if len(coeffs) != 2 or const_int(analyzer.simplify(coeffs[0])) != 1 or _uses(coeffs[1], [ivars[inner]]):
-            return None
-        kinds.append("contiguous")
-    return kinds
-
-
-def _distinct(loads, flats, kinds, kind) -> int:
-    """Distinct loads (buffer and index) of one kind."""
-    return len({ld.source.name + str(f) for ld, f, k in zip(loads, flats, kinds) if k == kind})
-
-
 def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-locals,too-many-branches
     sch: s_tir.Schedule, config: "VectorizedElementwise.Config", limits: GPULimits
 ) -> Optional[Tuple[ElementwiseProblem, SBlockRV]]:
@@ -395,9 +238,9 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
     shape = tuple(const_int(iv.dom.extent) for iv in stmt.iter_vars)
     ivars = [iv.var for iv in stmt.iter_vars]
     loads = tensor_loads(store.value)
-    sizes = [_element_bytes(store.buffer.dtype)] + [_element_bytes(ld.source.dtype) for ld in loads]
+    sizes = [dtype_bytes(store.buffer.dtype)] + [dtype_bytes(ld.source.dtype) for ld in loads]
     element_bytes = None if None in sizes else max(sizes)
-    flats = [_flat_index(ld) for ld in loads]
+    flats = [flat_index(ld) for ld in loads]
     budget = register_budget(limits, config)
 
     # The widest vector (16 bytes, then halves) that every load reads contiguously or broadcast,
@@ -407,9 +250,9 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
     found = None
     lanes = config.vector_bytes // element_bytes if element_bytes else 1
     while found is None and lanes >= max(2, config.min_lanes):
-        axis = _vector_axis(ivars, shape, lanes, loads, flats, store.value)
+        axis = vector_axis(ivars, shape, lanes, loads, flats, store.value)
         if axis is not None and estimate_registers(
-                _distinct(loads, flats, axis[1], "contiguous"), lanes, element_bytes) <= budget:
+                distinct(loads, flats, axis[1], "contiguous"), lanes, element_bytes) <= budget:
             found = lanes, axis
         else:
             lanes //= 2
@@ -420,9 +263,9 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
         fallback_threads = config.max_threads or limits.max_threads_per_block
         if config.min_lanes > 1 or limits.max_threads_per_multiprocessor % fallback_threads == 0:
             return None
-        kinds = _coalesced(ivars, shape, flats)
+        kinds = coalesced(ivars, shape, flats)
         if kinds is None or estimate_registers(
-                _distinct(loads, flats, kinds, "contiguous"), 1, element_bytes or 4) > budget:
+                distinct(loads, flats, kinds, "contiguous"), 1, element_bytes or 4) > budget:
             return None
         found = 1, (0, kinds)
     lanes, (start, kinds) = found
@@ -434,8 +277,8 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
         vector_axes=len(shape) - start,
         lanes=lanes,
         element_bytes=element_bytes or 0,
-        streams=_distinct(loads, flats, kinds, "contiguous"),
-        broadcasts=_distinct(loads, flats, kinds, "broadcast"),
+        streams=distinct(loads, flats, kinds, "contiguous"),
+        broadcasts=distinct(loads, flats, kinds, "broadcast"),
     )
     return problem, block
 
