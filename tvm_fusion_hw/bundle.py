@@ -14,7 +14,7 @@ everything a bare Python 3.12 + numpy machine needs to run them into one folder:
     nvcc), which is megabytes of text: stored xz-compressed unless ``compress=False``.
 ``<model>_b<batch>_report.json``
     The hardware-aware fusion report (every decision and group).
-``tvm_runtime/tvm``, ``tvm_runtime/typing_extensions.py``, ``wheels/apache_tvm_ffi-*.whl``
+``tvm_runtime/tvm``, ``tvm_runtime/typing_extensions.py``, ``wheels/apache_tvm_ffi-*.whl`` (from :mod:`.bundle_runtime`)
     The installed ``tvm`` package without ``lib/libtvm_compiler.so`` (and without headers, sources
     and ``__pycache__``), a pure-Python dependency of tvm-ffi, and the tvm-ffi wheel(s).
 ``builders/tvm_fusion_hw/{errors.py,models/*.py}``
@@ -37,18 +37,16 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from importlib.metadata import version
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import tvm
-import typing_extensions
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
-from . import models as model_zoo
 from .bundle_variants import VariantSpec, parse_variants, pipeline_knobs
+from .bundle_runtime import REPO, copy_builders, copy_tvm_runtime, fetch_tvm_ffi_wheels, runner_source
 from .errors import FusionHWError
 from .fuse_pass import HardwareAwareFuseOps, last_report
 from .models import build, list_models
@@ -61,16 +59,11 @@ DEFAULT_MODELS = ("mobilenet_v2", "resnet50", "squeezenet1_1", "bert_encoder_lay
                   "eltwise5", "conv_relu_pool", "dw_pw", "layernorm_residual")
 DEFAULT_BATCHES = (1, 32)
 PIPELINES = ("stock", "hw")
-#: Top-level folders of the installed tvm package that a runtime never needs.
-_TVM_SKIP_DIRS = {"include", "src", "3rdparty", "web"}
-_TVM_SKIP_FILES = {os.path.join("lib", "libtvm_compiler.so")}
 #: ONNX op -> {input index: role of that initializer} (the runner's fallback weights use roles).
 _ROLES = {"BatchNormalization": {1: "bn_scale", 2: "bn_bias", 3: "bn_mean", 4: "bn_var"},
           "LayerNormalization": {1: "ln_scale", 2: "ln_bias"}}
 #: Parameters with at most this many elements are written into the manifest verbatim.
 _INLINE_MAX = 16
-_REPO = Path(__file__).resolve().parent.parent
-_WHEEL_CACHE = _REPO / ".whl"
 
 
 class _Progress:
@@ -82,83 +75,6 @@ class _Progress:
     def __call__(self, msg: str) -> None:
         if self.enabled:
             print(f"[{time.time() - self.start:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------------------- runtime files
-def copy_tvm_runtime(dest: Path) -> Path:
-    """Copy the installed ``tvm`` package to ``dest/tvm`` without the compiler library.
-
-    Also copies ``typing_extensions.py`` (a pure-Python import of tvm-ffi) beside it.
-    """
-    src = Path(tvm.__file__).resolve().parent
-
-    def _ignore(folder: str, names: List[str]) -> List[str]:
-        rel = os.path.relpath(folder, src)
-        skip = [n for n in names if n == "__pycache__"]
-        if rel == ".":
-            skip += [n for n in names if n in _TVM_SKIP_DIRS]
-        skip += [n for n in names if os.path.normpath(os.path.join(rel, n)) in _TVM_SKIP_FILES]
-        return skip
-
-    if (dest / "tvm").exists():
-        shutil.rmtree(dest / "tvm")
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(src, dest / "tvm", ignore=_ignore)
-    shutil.copy2(typing_extensions.__file__, dest / "typing_extensions.py")
-    return dest / "tvm"
-
-
-def fetch_tvm_ffi_wheels(dest: Path, python_versions: Sequence[str] = ("3.12",),
-                         cache: Optional[Path] = None) -> List[str]:
-    """Put the apache-tvm-ffi wheel matching the installed version into ``dest``, one per Python.
-
-    Wheels are taken from ``cache`` (default ``<repo>/.whl``) or downloaded there with
-    ``pip download`` first.
-    """
-    ver = version("apache-tvm-ffi")
-    cache = Path(cache) if cache else _WHEEL_CACHE
-    cache.mkdir(parents=True, exist_ok=True)
-    dest.mkdir(parents=True, exist_ok=True)
-    names = []
-    for pyver in python_versions:
-        tag = "cp" + pyver.replace(".", "")
-        pattern = f"apache_tvm_ffi-{ver}-{tag}-*.whl"
-        found = sorted(cache.glob(pattern))
-        if not found:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--python-version", pyver, "--implementation", "cp",
-                   "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-                   "-d", str(cache), f"apache-tvm-ffi=={ver}"]
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            found = sorted(cache.glob(pattern))
-            if not found:
-                tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-                raise FusionHWError(f"could not get the apache-tvm-ffi {ver} wheel for Python "
-                                    f"{pyver} into {cache}: {tail[0]}")
-        shutil.copy2(found[-1], dest / found[-1].name)
-        names.append(found[-1].name)
-    return names
-
-
-def copy_builders(dest: Path) -> Path:
-    """Copy the model builders and ``errors.py`` as a minimal ``tvm_fusion_hw`` package."""
-    pkg = dest / "tvm_fusion_hw"
-    if pkg.exists():
-        shutil.rmtree(pkg)
-    (pkg / "models").mkdir(parents=True)
-    (pkg / "__init__.py").write_text('"""Model builders only (copied by tvm_fusion_hw.bundle)."""\n')
-    shutil.copy2(Path(__file__).with_name("errors.py"), pkg / "errors.py")
-    for src in Path(model_zoo.__file__).parent.glob("*.py"):
-        shutil.copy2(src, pkg / "models" / src.name)
-    return pkg
-
-
-def runner_source() -> Path:
-    """Path of ``bench/runner.py`` (the bundle's ``run.py``)."""
-    path = _REPO / "bench" / "runner.py"
-    if not path.is_file():
-        raise FusionHWError(f"{path} not found: write bundles from a source checkout of tvm_fusion_hw")
-    return path
 
 
 # ---------------------------------------------------------------------------- model facts
@@ -470,7 +386,7 @@ def bundle_main(argv: Optional[Sequence[str]] = None) -> int:
         prog="tvm-fusion-hw bundle", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Compile models with the stock and hardware-aware pipelines and write a "
                     "runtime-only bundle; run it with '<out>/run.py --out DIR' where TVM is absent.")
-    parser.add_argument("--out", default=str(_REPO / ".bundle"), help="output folder")
+    parser.add_argument("--out", default=str(REPO / ".bundle"), help="output folder")
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), help="model names")
     parser.add_argument("--batches", nargs="+", type=int, default=list(DEFAULT_BATCHES), help="batch sizes")
     parser.add_argument("--profile", default="nvidia-h200", help="hardware profile name")
