@@ -198,6 +198,14 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
     maps = get_index_map(stmt)
     if maps is None:
         return None
+    # Scalar blocks with no loops (ReLU6's clip bounds after legalization) would stop rfactor
+    # (split K); every other path inlines them later anyway.
+    for block in sch.get_child_blocks(root):
+        if not sch.get_loops(block) and not sch.get(block).same_as(stmt):
+            try:
+                sch.compute_inline(block)
+            except RuntimeError:  # ScheduleError: left for the epilogue inlining
+                pass
     out_ndim = len(stmt.writes[0].source.shape)
     rows_contiguous = _last_axis_goes_to_rows(maps[3], out_ndim)
     spatial_inner = tuple(_last_index_is_spatial(stmt, i) for i in (0, 1))

@@ -102,6 +102,18 @@ def test_schedules_compute_the_same(fused, model, batch, name):
     assert_schedule_preserves_numerics(func, sch, reassociates=tile.split_k > 1)
 
 
+def test_split_k_with_relu6_clip_constants():
+    """MobileNetV2 imported with its weights as constants: ReLU6's clip bounds become scalar blocks
+    without loops, which rfactor (split K) cannot work around; the rule inlines them first."""
+    target = hw.target(H200)
+    mod = import_onnx(build("mobilenet_v2", batch=1))
+    funcs = prim_funcs(fused_module(mod, target, hw.HardwareAwareFuseOps(target)))
+    func = next(f for n, f in funcs.items() if n.startswith("fused_conv2d29_") and "minimum" in n)
+    planned = plan(func, target)
+    assert planned is not None and planned[1].split_k > 1
+    assert_schedule_preserves_numerics(func, planned[2], reassociates=True)
+
+
 # ---- (3) tiles ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("profile", [H200, "nvidia-rtx-3060", "amd-mi300x"])
 def test_tiles_respect_target_limits(fused, profile):

@@ -53,7 +53,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from .target import target as make_target  # pylint: disable=import-outside-toplevel
 
     tgt = make_target(args.profile)
-    progress = Progress(total=3 if args.compare_stock else 2, enabled=not args.quiet)
+    progress = Progress(total=2 + int(args.compare_stock) + int(args.schedules), enabled=not args.quiet)
     with progress.stage(f"import {args.model} (batch {args.batch})"):
         mod = _load_module(args.model, args.batch)
     start = time.perf_counter()
