@@ -25,3 +25,17 @@ def test_rules_argument_is_what_get_pipeline_takes():
     mod = import_onnx(build("eltwise5", batch=32))
     assert [c.rule for c in explain_schedules(mod, target)] == ["VectorizedElementwise"]
     assert [c.rule for c in explain_schedules(mod, target, rules=[ImplicitGemm()])] == ["dlight Fallback"]
+
+
+def test_explained_kernels_are_the_built_ones():
+    import re
+
+    import tvm
+
+    from tir_checks import cuda_source
+
+    target = hw.target("nvidia-h200")
+    mod = import_onnx(build("bert_encoder_layer", batch=1))
+    source = cuda_source(tvm.compile(mod, target=target, relax_pipeline=hw.get_pipeline(target)))
+    built = set(re.findall(r"void (?:__launch_bounds__\(\d+\) )?(\w+?)_kernel(?:_\d+)?\(", source))
+    assert built == {c.kernel for c in explain_schedules(mod, target)}
