@@ -71,7 +71,7 @@ def legalize_passes(target: tvm.target.Target, fuse_pass: tvm.transform.Pass,
     fuse_tir = [p.info.name for p in legalize].index("FuseTIR")
     legalize.insert(fuse_tir + 1, EliminateDeadBlocks())
     if schedules is not False and target.kind.name in ("cuda", "rocm"):
-        rules = None if schedules is True else list(schedules)
+        rules = None if schedules is True or schedules is None else list(schedules)
         legalize = _swap(legalize, "ApplyDefaultSchedule", schedule_pass(rules))
     return legalize
 
