@@ -231,6 +231,43 @@ def trivially_bound(sch: s_tir.Schedule, block_rv: s_tir.schedule.SBlockRV) -> b
     )
 
 
+def padding_producer(sch: s_tir.Schedule, block, data: tirx.Buffer, weight: tirx.Buffer):
+    """``(True, pad)`` when ``block``'s ``data`` comes from at most one plain spatial block (``pad``,
+    the padding; None if there is none) and its ``weight`` from no block; ``(False, None)`` else."""
+    pad = None
+    for producer in sch.get_producers(block):
+        written = [r.source for r in sch.get(producer).writes]
+        if any(b.same_as(weight) for b in written):
+            return False, None
+        if any(b.same_as(data) for b in written):
+            if not is_plain_spatial(sch.get(producer), data):
+                return False, None
+            pad = producer
+    return True, pad
+
+
+def inline_all_but(sch: s_tir.Schedule, root, keep: Sequence) -> list:
+    """Inline every child block of ``root`` but ``keep`` into its consumer, until none more goes
+    (prologues into the padding, constants and parameter reshapes into the epilogue, epilogue
+    steps into the last one); return the blocks left besides ``keep``."""
+
+    def kept(block) -> bool:
+        return any(sch.get(block).same_as(sch.get(k)) for k in keep)
+
+    changed = True
+    while changed:
+        changed = False
+        for block in sch.get_child_blocks(root):
+            if kept(block):
+                continue
+            try:
+                sch.compute_inline(block)
+                changed = True
+            except RuntimeError:  # ScheduleError: not inlinable
+                continue
+    return [b for b in sch.get_child_blocks(root) if not kept(b)]
+
+
 def mac_operands(block: s_tir.SBlock, ndim: int = 4) -> Optional[List[TensorLoad]]:
     """The two ``ndim``-D loads of ``out[...] = out[...] + A[...] * B[...]`` (casts allowed)."""
     store = block.body

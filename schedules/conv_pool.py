@@ -46,11 +46,12 @@ from tvm.target import Target
 from .common import (
     TiledScheduleRule,
     const_int,
-    is_plain_spatial,
+    inline_all_but,
     is_reduction,
     linear_coefficients,
     mac_operands,
     only_coefficients,
+    padding_producer,
     tensor_loads,
     trivially_bound,
     var_position,
@@ -167,35 +168,12 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-br
     weight = conv_stmt.reads[conv_shape[-1]].source
 
     # The data may come from one spatial block (the padding); the weights from none.
-    pad = None
-    for producer in sch.get_producers(conv):
-        written = [r.source for r in sch.get(producer).writes]
-        if any(b.same_as(weight) for b in written):
-            return None
-        if any(b.same_as(data) for b in written):
-            if not is_plain_spatial(sch.get(producer), data):
-                return None
-            pad = producer
-
+    matched, pad = padding_producer(sch, conv, data, weight)
+    if not matched:
+        return None
     # Inline every other block: prologues into the padding, the epilogue chain into the pool,
     # all but the last step of the tail into its last step.
-    keep = [conv, pool] + ([pad] if pad is not None else [])
-
-    def kept(block: SBlockRV) -> bool:
-        return any(sch.get(block).same_as(sch.get(k)) for k in keep)
-
-    changed = True
-    while changed:
-        changed = False
-        for block in sch.get_child_blocks(root):
-            if kept(block):
-                continue
-            try:
-                sch.compute_inline(block)
-                changed = True
-            except RuntimeError:  # ScheduleError: not inlinable
-                continue
-    rest = [b for b in sch.get_child_blocks(root) if not kept(b)]
+    rest = inline_all_but(sch, root, [conv, pool] + ([pad] if pad is not None else []))
     consumers = sch.get_consumers(conv)
     if len(consumers) != 1 or not sch.get(consumers[0]).same_as(sch.get(pool)):
         return None

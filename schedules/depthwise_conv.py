@@ -31,11 +31,10 @@ from typing import Optional, Tuple
 from tvm import s_tir, tirx
 from tvm.runtime import DataType
 from tvm.s_tir.dlight.analysis import get_root_block
-from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from .common import (TiledScheduleRule, const_int, is_plain_spatial, is_reduction, linear_coefficients,
-                     mac_operands, only_coefficients, trivially_bound, var_position)
+from .common import (TiledScheduleRule, const_int, inline_all_but, is_reduction, linear_coefficients,
+                     mac_operands, only_coefficients, padding_producer, trivially_bound, var_position)
 from .depthwise_tiles import DepthwiseProblem, DepthwiseTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV
@@ -141,35 +140,10 @@ def _match_and_inline(  # pylint: disable=too-many-branches
     weight = conv_stmt.reads[problem.weight_read_index].source
 
     # The data may come from one spatial block (the padding); the weights from none.
-    pad = None
-    for producer in sch.get_producers(conv):
-        written = [r.source for r in sch.get(producer).writes]
-        if any(b.same_as(weight) for b in written):
-            return None
-        if any(b.same_as(data) for b in written):
-            if not is_plain_spatial(sch.get(producer), data):
-                return None
-            pad = producer
-
-    # Inline every other block into its consumer (prologues into the padding, constants
-    # and parameter reshapes into the epilogue, epilogue steps into the last one).
-    keep = [conv] + ([pad] if pad is not None else [])
-    changed = True
-    while changed:
-        changed = False
-        for block in sch.get_child_blocks(root):
-            if any(sch.get(block).same_as(sch.get(k)) for k in keep):
-                continue
-            try:
-                sch.compute_inline(block)
-                changed = True
-            except ScheduleError:
-                continue
-    rest = [
-        b
-        for b in sch.get_child_blocks(root)
-        if not any(sch.get(b).same_as(sch.get(k)) for k in keep)
-    ]
+    matched, pad = padding_producer(sch, conv, data, weight)
+    if not matched:
+        return None
+    rest = inline_all_but(sch, root, [conv] + ([pad] if pad is not None else []))
     epilogue = None
     if len(rest) == 1:
         consumers = sch.get_consumers(conv)
