@@ -234,9 +234,10 @@ def _last_axis_goes_to_rows(c_map: tirx.IndexMap, ndim: int) -> bool:
     """Whether the output's last axis lands in ``I`` (NCHW conv pixels) rather than ``J``."""
     variables = [tirx.Var(f"v{i}", "int64") for i in range(ndim)]
     s_i_j = c_map.map_indices(variables)
-    last = variables[-1]
-    uses = lambda expr: any(v.same_as(last) for v in tirx.analysis.undefined_vars(expr, []))  # noqa: E731
-    return uses(s_i_j[1]) and not uses(s_i_j[2])
+    def uses_last(expr) -> bool:
+        return any(v.same_as(variables[-1]) for v in tirx.analysis.undefined_vars(expr, []))
+
+    return uses_last(s_i_j[1]) and not uses_last(s_i_j[2])
 
 
 def _last_index_is_spatial(stmt: s_tir.SBlock, read: int) -> bool:
