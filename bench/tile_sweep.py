@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 
-def _tiles_to_try(rule, func, target, top):
+def _tiles_to_try(rule, func, target, top, tile_changes=()):
     """The rule's ``top`` tiles, then the best tile with one choice changed (and each of those
-    with prefetch flipped), without repeats."""
+    with prefetch flipped), then the best tile with each of ``tile_changes`` (``{field: value}``,
+    e.g. a code-generation choice the cost model does not rank), without repeats."""
     from tvm_fusion_hw.schedules.common import gpu_limits  # pylint: disable=import-outside-toplevel
 
     with target:
@@ -38,7 +39,8 @@ def _tiles_to_try(rule, func, target, top):
     chosen, seen = [], set()
 
     def key(t):
-        return (t.thread_rows, t.thread_cols, t.micro_rows, t.micro_cols, t.depth_step, t.split_k, t.prefetch)
+        return (t.thread_rows, t.thread_cols, t.micro_rows, t.micro_cols, t.depth_step, t.split_k,
+                t.unroll_explicit, t.prefetch)
 
     def same_but(t, **diff):
         return all(getattr(t, f) == getattr(best, f) for f in
@@ -50,14 +52,15 @@ def _tiles_to_try(rule, func, target, top):
                   or same_but(t, thread_rows=best.thread_rows, thread_cols=best.thread_cols)
                   or same_but(t, prefetch=best.prefetch)]
     flipped = [t for n in neighbours for t in ranked if key(t)[:-1] == key(n)[:-1] and t.prefetch != n.prefetch]
-    for tile in [best] + ranked[:top] + neighbours + flipped:
+    changed = [dataclasses.replace(best, **change) for change in tile_changes]
+    for tile in [best] + ranked[:top] + neighbours + flipped + changed:
         if key(tile) not in seen:
             seen.add(key(tile))
             chosen.append(tile)
     return problem, chosen
 
 
-def build(out: Path, cases, top: int, profile: str) -> None:
+def build(out: Path, cases, top: int, profile: str, tile_changes=()) -> None:
     """Build every case's schedules into ``out``."""
     # pylint: disable=import-outside-toplevel
     import tvm
@@ -78,7 +81,7 @@ def build(out: Path, cases, top: int, profile: str) -> None:
             mod = import_onnx(build_model(model, batch=int(batch)), keep_params_in_input=True)
             modules[(model, batch)] = fused_module(mod, target, hw.HardwareAwareFuseOps(target))
         func = modules[(model, batch)][kernel]
-        problem, tiles = _tiles_to_try(rule, func, target, top)
+        problem, tiles = _tiles_to_try(rule, func, target, top, tile_changes)
         schedules = [("dlight", None, dl.gpu.Matmul().apply(func, target, False))]
         schedules += [(f"tile{i}", tile, rule.schedule_tile(func, target, tile)) for i, tile in enumerate(tiles)]
         variants = []
@@ -130,6 +133,10 @@ def run(bundle: Path, sweep: Path, out: Path, repeat: int) -> None:
             tile = variant["tile"] or {}
             desc = ("{thread_rows}x{thread_cols} threads, {micro_rows}x{micro_cols} per thread, "
                     "BK {depth_step}, split {split_k}, prefetch {prefetch}, model {time_s:.2e} s".format(**tile) if tile else "dlight")
+            if tile and tile.get("vector_width", 1) > 1:
+                desc += ", 128-bit shared reads"
+            if tile and not tile.get("unroll_explicit", True):
+                desc += ", unrolled by nvcc"
             print(f"{case['case']:60s} {variant['name']:7s} {variant['us']:9.1f} us  err {variant['rel_err']:.1e}  {desc}",
                   flush=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -145,18 +152,33 @@ def write_markdown(results, path: Path) -> None:
     for case in results["cases"]:
         p = case["problem"]
         lines += [f"## {case['case']}", "", f"S {p['batch']}, I {p['rows']}, J {p['cols']}, K {p['depth']}", "",
-                  "| schedule | threads (I x J) | per thread | BK | split K | prefetch | blocks | model (us) "
-                  "| measured (us) | rel err vs dlight |",
-                  "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+                  "| schedule | threads (I x J) | per thread | BK | split K | prefetch | unrolled by | blocks "
+                  "| model (us) | measured (us) | rel err vs dlight |",
+                  "| --- | --- | --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
         for v in sorted(case["variants"], key=lambda v: v.get("us", float("inf"))):
             t = v["tile"]
-            cells = (["dlight"] + ["-"] * 7 if t is None else
-                     [v["name"], f"{t['thread_rows']}x{t['thread_cols']}", f"{t['micro_rows']}x{t['micro_cols']}",
+            cells = (["dlight"] + ["-"] * 8 if t is None else
+                     [v["name"], f"{t['thread_rows']}x{t['thread_cols']}",
+                      f"{t['micro_rows']}x{t['micro_cols']}" + (", 128-bit reads" if t.get("vector_width", 1) > 1 else ""),
                       str(t["depth_step"]), str(t["split_k"]), "yes" if t.get("prefetch") else "no",
-                      str(t["blocks"]), f"{t['time_s'] * 1e6:.1f}"])
+                      "TVM" if t.get("unroll_explicit", True) else "nvcc", str(t["blocks"]),
+                      f"{t['time_s'] * 1e6:.1f}"])
             lines.append("| " + " | ".join(cells + [f"{v['us']:.1f}", f"{v['rel_err']:.1e}"]) + " |")
         lines.append("")
     path.write_text("\n".join(lines))
+
+
+def _tile_change(text: str):
+    """``FIELD=VALUE`` -> ``{field: value}``, for GemmTile's choice fields (ints and bools)."""
+    from tvm_fusion_hw.schedules.gemm import GemmTile  # pylint: disable=import-outside-toplevel
+
+    field, _, value = text.partition("=")
+    types = {f.name: str(f.type) for f in dataclasses.fields(GemmTile) if str(f.type) in ("int", "bool")}
+    if field not in types or not value:
+        raise SystemExit(f"--tile-change {text!r}: expected FIELD=VALUE with FIELD one of {', '.join(types)}")
+    if types[field] == "bool":
+        return {field: value.lower() in ("1", "true", "yes")}
+    return {field: int(value)}
 
 
 def main(argv=None) -> int:
@@ -167,6 +189,9 @@ def main(argv=None) -> int:
     b.add_argument("--out", required=True, type=Path)
     b.add_argument("--top", type=int, default=4, help="best-ranked tiles to include")
     b.add_argument("--profile", default="nvidia-h200")
+    b.add_argument("--tile-change", action="append", default=[], metavar="FIELD=VALUE",
+                   help="also build the best tile with this GemmTile field changed "
+                        "(e.g. unroll_explicit=false, depth_step=16); repeatable")
     r = sub.add_parser("run", help="time the built tiles on a GPU")
     r.add_argument("--bundle", required=True, type=Path, help="a benchmark bundle (its runtime-only TVM)")
     r.add_argument("--sweep", required=True, type=Path)
@@ -174,7 +199,7 @@ def main(argv=None) -> int:
     r.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     if args.command == "build":
-        build(args.out, args.cases, args.top, args.profile)
+        build(args.out, args.cases, args.top, args.profile, [_tile_change(c) for c in args.tile_change])
     else:
         run(args.bundle, args.sweep, args.out, args.repeat)
     return 0

@@ -9,8 +9,10 @@ channels), and large GEMMs limited by shared-memory reads (8 loads per 16 FMAs).
 
 This rule keeps dlight's normalisation and chooses the tile per GEMM on the hardware profile:
 
-* the block tile (``BM x BN``) and thread tile (``TM x TN`` accumulators in registers, split into
-  chunks strided by the thread count so a warp's shared reads do not conflict),
+* the block tile (``BM x BN``) and thread tile (``TM x TN`` accumulators in registers, in runs
+  strided by the thread count so a warp's shared reads do not conflict): runs of one element read
+  one float at a time, or runs of four from K-major tiles read with one 128-bit load (a quarter
+  of the shared-load instructions per FMA, which is what limits the scalar loop on large GEMMs),
 * the K step staged in shared memory (A and B tiles, ``(BM + BN) x BK`` elements), and whether
   the next step is prefetched into registers while this one computes (TVM's software pipeline:
   the loads' latency overlaps the FMAs at the price of the staged registers),
@@ -24,16 +26,17 @@ K step's load latency that other resident blocks (or prefetch) hide, and the par
 trip through memory. The epilogue (bias, BatchNorm, activation, residual add) runs on the
 accumulators before the one global store, as in dlight.
 
-Measured on an H200 (``bench/results/2026-11-30-h200-tile-sweep``, each kernel alone): 1.7x
-dlight's schedule on BERT's 4096x3072x768 GEMM (623 against 1045 us, about 31 TFLOP/s of the 67
-peak), 2.0x on ResNet-50's 1x1 convs at batch 32, 15x on its 7x7x512 3x3 conv at batch 1 (27 us,
-split K 16); whole ResNet-50 at batch 1: 4.85 ms with dlight's schedules of the same groups, 1.38
-without prefetch, 1.23 with it.
+Measured on an H200 (``bench/results/2026-11-30-h200-tile-sweep``, each kernel alone): 2.3x
+dlight's schedule on BERT's 4096x3072x768 GEMM with 128-bit shared loads (460 against 1044 us,
+about 42 TFLOP/s of the 67 peak; 587 us with scalar loads), 1.7x on ResNet-50's 3x3 convs at
+batch 32, 16x on its 7x7x512 3x3 conv at batch 1 (25 us, split K 16); whole ResNet-50 at batch 1:
+4.85 ms with dlight's schedules of the same groups, 1.38 without prefetch, 1.23 with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import List, Optional, Tuple
 
@@ -46,6 +49,14 @@ from tvm.target import Target
 from .common import GPULimits, TiledScheduleRule, const_int
 
 SBlockRV = s_tir.schedule.SBlockRV
+
+#: ptxas (CUDA 13, sm_90) caps 256-thread blocks that prefetch K-major tiles at 64 registers and
+#: spills 4-16 bytes (ResNet-50's split-K 3x3 convs at batch 1); 128-thread ones do not spill.
+_MAX_PREFETCH_VECTOR_THREADS = 128
+
+#: Elements a K-major shared row is padded by: keeps 16-byte alignment and moves the transposed
+#: copy's rows 4 banks apart (a 4-way conflict on the once-per-step store, none on the reads).
+_K_MAJOR_PAD = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +94,8 @@ class GemmTile:  # pylint: disable=too-many-instance-attributes
     blocks_per_multiprocessor: int
     time_s: float  # modelled time, split-K reduction included
     score: float  # modelled fraction of the FP32 peak
+    unroll_explicit: bool = True  # TVM unrolls the thread tile's loops (else it leaves ``#pragma unroll`` to nvcc)
+    vector_width: int = 1  # operands read from shared memory this many floats at a time (K-major tiles)
 
     @property
     def threads(self) -> int:
@@ -101,8 +114,9 @@ class GemmTile:  # pylint: disable=too-many-instance-attributes
 
     def summary(self) -> str:
         """The tile in words, for reports."""
+        vector = f", {self.vector_width}-wide shared loads" if self.vector_width > 1 else ""
         return (f"{self.block_rows}x{self.block_cols} outputs a block ({self.thread_rows}x{self.thread_cols} "
-                f"threads x {self.micro_rows}x{self.micro_cols} accumulators), BK {self.depth_step}, "
+                f"threads x {self.micro_rows}x{self.micro_cols} accumulators{vector}), BK {self.depth_step}, "
                 f"split K {self.split_k}, {'prefetch' if self.prefetch else 'no prefetch'}, "
                 f"{self.blocks} blocks, model {self.time_s * 1e6:.1f} us")
 
@@ -133,10 +147,16 @@ class ImplicitGemm(TiledScheduleRule):
             Every part of a split K keeps at least this many K elements.
         step_latency_s : float
             Time a block waits for one K step's global loads and barrier when nothing overlaps it.
-            Fitted to ``bench/tile_sweep.py`` on an H200 (2026-11-30, 6 GEMMs x 12-15 tiles,
-            ``bench/results/2026-11-30-h200-tile-sweep``): 0.45-0.6 us fit equally (the model's
-            pick within 5% of the fastest tile tried on all six); a lone block of the BERT
-            layer's 128x768x768 GEMM measures 0.46 us a step.
+        load_latency_s : float
+            What each further load a thread issues in a K step adds to that wait.
+        prefetch_overhead_s : float
+            What loading the next step into registers adds to a step that does not hide it (few
+            FMAs a step): measured 0.2-0.3 us a step slower than the plain loop on MobileNetV2's
+            small-K 1x1 convs at batch 1.
+            The three are fitted to ``bench/tile_sweep.py`` on an H200 (2026-11-30, 20 GEMMs x 12-30
+            tiles, ``bench/results/2026-11-30-h200-tile-sweep`` 2-prefetch and 3-vector-bk32): the
+            model's pick is then 1.09x the fastest tile tried in geometric mean (1.18x before the
+            last two terms), at worst 1.32x.
         fixed_registers : int
             Registers a thread needs besides its accumulators and operand fragments (addresses,
             loop counters, the staged loads): ptxas figures for this schedule.
@@ -144,18 +164,30 @@ class ImplicitGemm(TiledScheduleRule):
             Cost of the extra kernel a split K adds.
         max_attempts : int
             Ranked tiles tried before giving up.
+        vector_widths : tuple
+            Shared-memory read widths tried: 1 (a thread's outputs strided by the thread count,
+            scalar reads) or 4 (tiles stored K-major, a thread's outputs in runs of 4 read with one
+            128-bit load: a quarter of the load instructions per FMA).
+        unroll_explicit : bool
+            TVM unrolls the thread tile's loops itself (True) or emits them with ``#pragma unroll``
+            for nvcc/LLVM to unroll (False: about a third less compile time, same ptxas registers,
+            and on the H200 0-5% faster kernels in the tile sweep).
         """
 
         thread_shapes: Tuple[Tuple[int, int], ...] = ((16, 16), (8, 16), (16, 8))
         micro_shapes: Tuple[Tuple[int, int], ...] = (
             (8, 8), (8, 4), (4, 8), (4, 4), (4, 2), (2, 4), (2, 2))
-        depth_steps: Tuple[int, ...] = (8, 16)
+        depth_steps: Tuple[int, ...] = (8, 16, 32)
         max_split_k: int = 16
         min_depth_per_split: int = 128
-        step_latency_s: float = 0.45e-6
+        step_latency_s: float = 0.3e-6
+        load_latency_s: float = 0.01e-6
+        prefetch_overhead_s: float = 0.3e-6
         fixed_registers: int = 40
         launch_s: float = 3e-6
         max_attempts: int = 6
+        unroll_explicit: bool = False
+        vector_widths: Tuple[int, ...] = (1, 4)
 
     def get_config(self, target: Target) -> "ImplicitGemm.Config":
         """The search bounds; the same for CUDA and ROCm (every block shape is at most 256
@@ -264,9 +296,13 @@ def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile
         for micro_rows, micro_cols in config.micro_shapes:
             for depth_step in config.depth_steps:
                 for split_k in _splits(problem, depth_step, config):
-                    for prefetch in (True, False):
+                    for prefetch, width in itertools.product((True, False), config.vector_widths):
+                        if micro_rows % width or micro_cols % width:
+                            continue
+                        if width > 1 and prefetch and threads > _MAX_PREFETCH_VECTOR_THREADS:
+                            continue
                         tile = _model(problem, limits, config, thread_rows, thread_cols, micro_rows,
-                                      micro_cols, depth_step, split_k, prefetch)
+                                      micro_cols, depth_step, split_k, prefetch, width)
                         if tile is not None:
                             tiles.append(tile)
     tiles.sort(key=lambda t: (t.time_s, -t.block_rows * t.block_cols, t.split_k, not t.prefetch))
@@ -285,7 +321,7 @@ def _splits(problem: GemmProblem, depth_step: int, config) -> List[int]:
 
 def _model(  # pylint: disable=too-many-arguments,too-many-locals
     problem: GemmProblem, limits: GPULimits, config, thread_rows: int, thread_cols: int,
-    micro_rows: int, micro_cols: int, depth_step: int, split_k: int, prefetch: bool,
+    micro_rows: int, micro_cols: int, depth_step: int, split_k: int, prefetch: bool, vector_width: int,
 ) -> Optional[GemmTile]:
     """Modelled time of one tile choice, or None when it does not fit the hardware."""
     threads = thread_rows * thread_cols
@@ -293,7 +329,7 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     # Tiles far larger than the GEMM only compute padding.
     if block_rows > 2 * _ceil_to(problem.rows, 16) or block_cols > 2 * _ceil_to(problem.cols, 16):
         return None
-    shared = (block_rows + block_cols) * depth_step * problem.dtype_bytes
+    shared = _shared_elements(block_rows, block_cols, depth_step, vector_width) * problem.dtype_bytes
     if shared > limits.shared_memory_bytes_per_block:
         return None
     staged = math.ceil((block_rows + block_cols) * depth_step / threads) if prefetch else 0
@@ -309,10 +345,10 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     padded_depth = _ceil_to(problem.depth, depth_step * split_k)
     blocks = problem.batch * (padded_rows // block_rows) * (padded_cols // block_cols) * split_k
 
-    # Issue cost of one block: each K element costs a thread TM*TN FMAs plus TM+TN shared loads,
-    # and each K step a cooperative global->shared copy of (BM+BN)*BK elements and two barriers.
+    # Issue cost of one block: each K element costs a thread TM*TN FMAs plus (TM+TN)/width shared
+    # loads, and each K step a cooperative global->shared copy of (BM+BN)*BK elements and two barriers.
     fma = micro_rows * micro_cols
-    per_k = fma + micro_rows + micro_cols
+    per_k = fma + (micro_rows + micro_cols) // vector_width
     copy_per_step = math.ceil((block_rows + block_cols) * depth_step / threads) * 2 + 4
     steps = padded_depth // split_k // depth_step
     warp_instr_per_block = (threads // limits.warp_size) * steps * (depth_step * per_k + copy_per_step)
@@ -327,7 +363,9 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     sm_rate = limits.warp_instructions_per_s / sms
     step_compute = warp_instr_per_block / steps / sm_rate
     # Prefetching overlaps a block's own loads with its compute: max instead of sum.
-    lone_step = (max if prefetch else sum)((config.step_latency_s, step_compute))
+    latency = config.step_latency_s + config.load_latency_s * math.ceil(
+        (block_rows + block_cols) * depth_step / threads)
+    lone_step = max(latency + config.prefetch_overhead_s, step_compute) if prefetch else latency + step_compute
     time = waves * steps * max(resident * step_compute, lone_step)
 
     if split_k > 1:
@@ -335,7 +373,16 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
         time += 2 * partial_bytes / limits.dram_bytes_per_s + config.launch_s
     ideal = problem.flops / (2 * limits.warp_instructions_per_s * limits.warp_size)
     return GemmTile(thread_rows, thread_cols, micro_rows, micro_cols, depth_step, split_k, prefetch,
-                    blocks, shared, registers, per_sm, time, ideal / time)
+                    blocks, shared, registers, per_sm, time, ideal / time, config.unroll_explicit,
+                    vector_width)
+
+
+def _shared_elements(block_rows: int, block_cols: int, depth_step: int, vector_width: int) -> int:
+    """Elements of the A and B tiles as ``_cooperative_fetch`` pads them: rows of BK + 1 (scalar
+    reads), or K-major rows of BM (or BN) + 4 (vector reads stay 16-byte aligned)."""
+    if vector_width > 1:
+        return depth_step * (block_rows + block_cols + 2 * _K_MAJOR_PAD)
+    return (block_rows + block_cols) * (depth_step + 1)
 
 
 def _blocks_per_multiprocessor(limits: GPULimits, threads: int, registers: int, shared: int) -> int:
@@ -364,36 +411,44 @@ def _schedule(  # pylint: disable=too-many-locals
         batch, rows, cols, part, depth = sch.get_loops(gemm)
 
     # threadIdx.x runs along the output's contiguous axis, so a warp's stores coalesce. Along it a
-    # thread's outputs are strided by the thread count: a warp then reads consecutive rows of the
-    # shared tile (no bank conflicts with an odd row pitch) and stores consecutive addresses.
+    # thread's outputs come in runs of ``width`` (1 or 4) strided by the thread count: a warp then
+    # reads consecutive shared addresses (no bank conflicts) and stores consecutive addresses.
     # Along the other axis its outputs are adjacent (a warp spans one or two of them: broadcasts).
-    # The strided outputs are virtual threads (each with its own accumulators and store).
+    # Scalar tiles make the strided runs virtual threads (each with its own accumulators and
+    # store); vector tiles keep them a loop, whose runs are read with one 128-bit load each.
     if problem.rows_contiguous:
         fast, fast_threads, fast_micro, slow, slow_threads, slow_micro = (
             rows, tile.thread_rows, tile.micro_rows, cols, tile.thread_cols, tile.micro_cols)
+        fast_operand = 0
     else:
         fast, fast_threads, fast_micro, slow, slow_threads, slow_micro = (
             cols, tile.thread_cols, tile.micro_cols, rows, tile.thread_rows, tile.micro_rows)
-    b_fast, v_fast, t_fast = sch.split(fast, [None, fast_micro, fast_threads])
+        fast_operand = 1
+    width = tile.vector_width
+    b_fast, c_fast, t_fast, e_fast = sch.split(fast, [None, fast_micro // width, fast_threads, width])
     b_slow, t_slow, i_slow = sch.split(slow, [None, slow_threads, slow_micro])
     ko, ki = sch.split(depth, [None, tile.depth_step])
     outer = [batch] + ([part] if final is not None else [])
-    sch.reorder(*outer, b_slow, b_fast, v_fast, t_slow, t_fast, ko, ki, i_slow)
+    sch.reorder(*outer, b_slow, b_fast, c_fast, t_slow, t_fast, ko, ki, i_slow, e_fast)
+    sch.bind(c_fast, "vthread.x")
     sch.bind(sch.fuse(*outer), "blockIdx.z")
     sch.bind(b_slow, "blockIdx.y")
     sch.bind(b_fast, "blockIdx.x")
-    sch.bind(v_fast, "vthread.x")
     sch.bind(t_slow, "threadIdx.y")
     sch.bind(t_fast, "threadIdx.x")
     sch.annotate(t_fast, ann_key="pragma_auto_unroll_max_step", ann_val=256)
-    sch.annotate(t_fast, ann_key="pragma_unroll_explicit", ann_val=1)
+    sch.annotate(t_fast, ann_key="pragma_unroll_explicit", ann_val=int(tile.unroll_explicit))
 
     local = sch.cache_write(gemm, 0, "local")
     sch.reverse_compute_at(local, t_fast, preserve_unit_loops=True)
 
     for index, spatial_inner in enumerate(problem.fetch_spatial_inner):
         _cooperative_fetch(sch, gemm, ko, index, spatial_inner, slow_threads, fast_threads,
-                           tile.depth_step, tile.prefetch)
+                           tile.depth_step, tile.prefetch, width > 1)
+    if width > 1:
+        # Registers for one K element: the slow operand's run once per k, the fast one's per run.
+        _vector_fragment(sch, gemm, 1 - fast_operand, ki, width)
+        _vector_fragment(sch, gemm, fast_operand, ki, width)
 
     if final is None:
         auto_inline_consumer_chain(sch, local)
@@ -409,13 +464,14 @@ def _schedule(  # pylint: disable=too-many-locals
 
 def _cooperative_fetch(  # pylint: disable=too-many-arguments
     sch: s_tir.Schedule, gemm: SBlockRV, ko, index: int, spatial_inner: bool,
-    threads_y: int, threads_x: int, depth_step: int, prefetch: bool,
+    threads_y: int, threads_x: int, depth_step: int, prefetch: bool, k_major: bool,
 ) -> None:
     """Stage operand ``index``'s ``[1, B, BK]`` tile in shared memory, all threads copying.
 
     Consecutive threads copy along the axis that is contiguous in global memory (K for weights
-    and row-major matrices, output pixels for a conv's input). Rows are padded to an odd pitch
-    (BK + 1) so copies along pixels and the compute's reads hit distinct banks.
+    and row-major matrices, output pixels for a conv's input). Scalar tiles pad rows to an odd
+    pitch (BK + 1) so copies along pixels and the compute's reads hit distinct banks; vector tiles
+    are stored K-major (``[1, BK, B]``, rows of B + 4) so a thread's run of outputs is contiguous.
     """
     fetch = sch.cache_read(gemm, index, "shared")
     sch.compute_at(fetch, ko, preserve_unit_loops=True)
@@ -428,11 +484,25 @@ def _cooperative_fetch(  # pylint: disable=too-many-arguments
     _, ty, tx = sch.split(fused, [None, threads_y, threads_x])
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
-    sch.storage_align(fetch, 0, axis=1, factor=depth_step, offset=1)
+    if k_major:
+        sch.transform_layout(fetch, ("write", 0), lambda s, x, k: (s, k, x))
+        sch.storage_align(fetch, 0, axis=1, factor=32, offset=_K_MAJOR_PAD)
+    else:
+        sch.storage_align(fetch, 0, axis=1, factor=depth_step, offset=1)
     if prefetch:
         # global -> registers -> shared, so the pipeline can issue the next step's loads early
         sch.annotate(fetch, "tirx.manifest_shared_memory_local_stage", 1)
     auto_inline_producers(sch, fetch)
+
+
+def _vector_fragment(sch: s_tir.Schedule, gemm: SBlockRV, index: int, loop, width: int) -> None:
+    """Read operand ``index`` from its K-major shared tile into registers under ``loop``, ``width``
+    contiguous elements per 128-bit load."""
+    fragment = sch.cache_read(gemm, index, "local")
+    sch.compute_at(fragment, loop, preserve_unit_loops=True)
+    inner = sch.get_loops(fragment)[-1]
+    _, lanes = sch.split(inner, [None, width])
+    sch.vectorize(lanes)
 
 
 def _schedule_split_sum(sch: s_tir.Schedule, final: SBlockRV, threads: int, rows_contiguous: bool) -> None:

@@ -239,32 +239,28 @@ def test_gemm_epilogue_measured_with_dlight_schedules(profile):
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_gemm_epilogue_measured_with_the_gemm_template(profile):
-    """The same group under the plugin's ImplicitGemm template (8x8 accumulators a thread, the next
-    K step prefetched into registers), measured as above:
+    """The same group under the plugin's ImplicitGemm template (K-major tiles read 128 bits at a
+    time, loops unrolled by nvcc / LLVM), measured as above:
 
     ========== ======================= ======================= ============================
     profile    matmul alone (parts)    fused, 7 ops            loop
     ========== ======================= ======================= ============================
-    H200       128 regs, 25%           128 regs, 25%           kept: no drop
-    AGX Orin   154 regs, 17%           156 regs, 17%           kept: no drop
-    MI300X     142 VGPRs, 38%          342 VGPRs, 12%          split twice; matmul + 1 op
-                                                               still 234 VGPRs, 25%
+    H200       167 regs, 19%           168 regs, 19%           kept: no drop
+    AGX Orin   111 regs, 33%           113 regs, 33%           kept: no drop
+    MI300X     172 VGPRs, 19%          172 VGPRs, 19%          kept: no drop
     ========== ======================= ======================= ============================
 
-    On NVIDIA the accumulator tile sets the register count and the epilogue, run once on it at the
-    end, adds nothing. LLVM's AMDGPU backend instead keeps the epilogue's operands live across the
-    K loop: on the MI300X the text's warning holds for every epilogue, and the loop splits it.
+    The accumulator tile sets the register count and the epilogue, run once on it at the end,
+    adds nothing. With the template's earlier scalar loop, unrolled by TVM, LLVM's AMDGPU backend
+    kept the epilogue's operands live across the K loop (142 -> 342 VGPRs) and the loop split the
+    group; the measurement, not the rule, decides, so this test follows what is built today.
     """
     skip_unless_measurable(profile)
     result = feedback(GemmEpilogue, profile)
     first = result.rounds[0].groups[0]
     assert first["ops"] == 7 and first["spill_bytes"] == 0
-    if profile != "amd-mi300x":
-        assert abs(first["registers"] - first["parts_registers"]) <= 4 and first["occupancy_drop"] == 0
-        assert not result.report.splits and len(result.rounds) == 1
-        return
-    assert first["registers"] > 2 * first["parts_registers"] and first["occupancy_drop"] > 0.2
-    assert result.report.splits and result.report.splits[0].function == "fused_matmul_add_multiply"
+    assert abs(first["registers"] - first["parts_registers"]) <= 4 and first["occupancy_drop"] == 0
+    assert not result.report.splits and len(result.rounds) == 1
 
 
 @pytest.mark.parametrize("profile", PROFILES)
