@@ -13,6 +13,7 @@ from .conv_pool import ConvPool, supports_pair
 from .depthwise_conv import DepthwiseConv
 from .elementwise import VectorizedElementwise
 from .gemm import ImplicitGemm
+from .row_reduction import RowReduction
 
 #: Complex pairs ("producer kind->consumer kind") that a template here runs as one kernel, each
 #: with the test the fusion policy asks before fusing (on the two PrimFuncs, unfused). Without a
@@ -26,8 +27,8 @@ FUSED_PAIR_TEMPLATES: tuple = tuple(PAIR_TEMPLATES)
 
 def default_rules() -> List[ScheduleRule]:
     """This package's schedule rules, most specific first."""
-    return [ConvPool(), DepthwiseConv(), ImplicitGemm(), VectorizedElementwise()]
+    return [ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(), VectorizedElementwise()]
 
 
-__all__ = ["ConvPool", "DepthwiseConv", "ImplicitGemm", "FUSED_PAIR_TEMPLATES", "PAIR_TEMPLATES", "VectorizedElementwise",
-           "default_rules"]
+__all__ = ["ConvPool", "DepthwiseConv", "ImplicitGemm", "FUSED_PAIR_TEMPLATES", "PAIR_TEMPLATES", "RowReduction",
+           "VectorizedElementwise", "default_rules"]
