@@ -54,6 +54,13 @@ SBlockRV = s_tir.schedule.SBlockRV
 #: spills 4-16 bytes (ResNet-50's split-K 3x3 convs at batch 1); 128-thread ones do not spill.
 _MAX_PREFETCH_VECTOR_THREADS = 128
 
+#: Vector tiles only where the K loop dominates the kernel: a thread's outputs then sit in runs of
+#: 4 and its epilogue loads and stores are strided. On the H200 they won at 48-288 K steps a
+#: block (BERT b32, ResNet-50 b32 3x3, tile sweep 3) and lost at 2 (ResNet-50 b32's 1x1 conv with
+#: K 64: 149 against 126 us), and whole MobileNetV2 and SqueezeNet at batch 32 ran 21% and 12%
+#: slower with vector tiles on every 1x1 conv (bench/results/2026-11-30-h200-vector-loads).
+_MIN_VECTOR_STEPS = 16
+
 #: Elements a K-major shared row is padded by: keeps 16-byte alignment and moves the transposed
 #: copy's rows 4 banks apart (a 4-way conflict on the once-per-step store, none on the reads).
 _K_MAJOR_PAD = 4
@@ -300,6 +307,8 @@ def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile
                         if micro_rows % width or micro_cols % width:
                             continue
                         if width > 1 and prefetch and threads > _MAX_PREFETCH_VECTOR_THREADS:
+                            continue
+                        if width > 1 and problem.depth < _MIN_VECTOR_STEPS * depth_step * split_k:
                             continue
                         tile = _model(problem, limits, config, thread_rows, thread_cols, micro_rows,
                                       micro_cols, depth_step, split_k, prefetch, width)
