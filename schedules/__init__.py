@@ -11,6 +11,8 @@ from tvm.s_tir.dlight.base import ScheduleRule
 
 from .conv_pool import ConvPool, supports_pair
 from .depthwise_conv import DepthwiseConv
+from .dw_pw import DepthwisePointwise
+from .dw_pw import supports_pair as dw_pw_supports_pair
 from .elementwise import VectorizedElementwise
 from .gemm import ImplicitGemm
 from .row_reduction import RowReduction
@@ -21,14 +23,21 @@ from .row_reduction import RowReduction
 PAIR_TEMPLATES: Dict[str, Callable] = {
     "conv->window": supports_pair,
     "pointwise_conv->window": supports_pair,
+    "depthwise_conv->pointwise_conv": dw_pw_supports_pair,
 }
-FUSED_PAIR_TEMPLATES: tuple = tuple(PAIR_TEMPLATES)
+#: The pairs the policy fuses by default; its ``pair_templates`` knob names others.
+#: depthwise_conv->pointwise_conv stays out until the template is measured faster on a GPU than
+#: the two kernels apart (``pair_templates=(..., "depthwise_conv->pointwise_conv")`` turns it on).
+FUSED_PAIR_TEMPLATES: tuple = ("conv->window", "pointwise_conv->window")
 
 
 def default_rules() -> List[ScheduleRule]:
     """This package's schedule rules, most specific first."""
-    return [ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(), VectorizedElementwise()]
+    # DepthwisePointwise only matches fused depthwise->pointwise PrimFuncs, which exist only where
+    # the policy's pair_templates knob turns that pair on.
+    return [DepthwisePointwise(), ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(),
+            VectorizedElementwise()]
 
 
-__all__ = ["ConvPool", "DepthwiseConv", "ImplicitGemm", "FUSED_PAIR_TEMPLATES", "PAIR_TEMPLATES", "RowReduction",
-           "VectorizedElementwise", "default_rules"]
+__all__ = ["ConvPool", "DepthwiseConv", "DepthwisePointwise", "ImplicitGemm", "FUSED_PAIR_TEMPLATES",
+           "PAIR_TEMPLATES", "RowReduction", "VectorizedElementwise", "default_rules"]
