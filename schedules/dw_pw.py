@@ -36,7 +36,7 @@ whole pass's loads nor squeezes the kernel into spills for one more block (both 
 
 Tiles come from a cost model on the target's hardware profile (:mod:`.dw_pw_tiles`). On an H200
 (ptxas, nvcc 13, sm_90), MobileNetV2's fused pairs at batch 1 get 128-256 threads, 15-45 KiB
-shared and 44-64 registers; at batch 32 224-256 threads, 34-46 KiB and 40-72 registers; no
+shared and 44-64 registers; at batch 32 224-256 threads, 34-46 KiB and 53-72 registers; no
 spills. Not measured on a GPU yet: the pair is not one of the policy's default pairs
 (``FUSED_PAIR_TEMPLATES``) until it is.
 """

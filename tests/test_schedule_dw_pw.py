@@ -18,7 +18,8 @@ CPU only except the last test. Checked:
   launch-bounded by the planned residency, and ptxas (when nvcc is present) reports no spills for
   the dw_pw pair at batch 1 and 32 and for every kernel of MobileNetV2 built with the knob;
 - the fused pair builds for gfx942 (ROCm) without VGPR spills or scratch.
-About 45 s with two workers (MobileNetV2 build for sm_90: 11 s).
+About 80 s with two workers on a busy 2-core machine (MobileNetV2 build for sm_90: 11 s; LLVM runs of
+MobileNetV2's four batch-1 pairs: 10-35 s).
 """
 
 import dataclasses
