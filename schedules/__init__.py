@@ -9,20 +9,25 @@ from typing import Callable, Dict, List
 
 from tvm.s_tir.dlight.base import ScheduleRule
 
-from .conv_pool import ConvPool, supports_pair
+from .conv_pool import ConvPool, pair_plan
 from .depthwise_conv import DepthwiseConv
 from .dw_pw import DepthwisePointwise
 from .dw_pw import supports_pair as dw_pw_supports_pair
 from .elementwise import VectorizedElementwise
 from .gemm import ImplicitGemm
+from .plans import KernelPlan, kernel_plan
 from .row_reduction import RowReduction
 
 #: Complex pairs ("producer kind->consumer kind") that a template here runs as one kernel, each
-#: with the test the fusion policy asks before fusing (on the two PrimFuncs, unfused). Without a
+#: with what the fusion policy asks before fusing (on the two PrimFuncs, unfused). Without a
 #: template dlight would write the intermediate to a global workspace and lose the tiled schedule.
+#: An entry is a check ``(producer, consumer) -> bool`` (the policy's own tile model then judges
+#: the fit) or a planner ``(producer, consumer, target) -> KernelPlan | None`` (the policy checks
+#: the plan's shared memory, registers and occupancy; None: the template cannot run the pair).
+#: See :mod:`.plans`.
 PAIR_TEMPLATES: Dict[str, Callable] = {
-    "conv->window": supports_pair,
-    "pointwise_conv->window": supports_pair,
+    "conv->window": pair_plan,
+    "pointwise_conv->window": pair_plan,
     "depthwise_conv->pointwise_conv": dw_pw_supports_pair,
 }
 #: The pairs the policy fuses by default; its ``pair_templates`` knob names others.
@@ -40,4 +45,5 @@ def default_rules() -> List[ScheduleRule]:
 
 
 __all__ = ["ConvPool", "DepthwiseConv", "DepthwisePointwise", "ImplicitGemm", "FUSED_PAIR_TEMPLATES",
-           "PAIR_TEMPLATES", "RowReduction", "VectorizedElementwise", "default_rules"]
+           "KernelPlan", "PAIR_TEMPLATES", "RowReduction", "VectorizedElementwise", "default_rules",
+           "kernel_plan"]

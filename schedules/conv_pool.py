@@ -9,7 +9,8 @@ y*sh + ry*dh, x*sw + rx*dw] * weight[f, rc, ry, rx]`` (groups = 1, weight ``[F, 
 ``pool[n, f, p, q] = max|sum(pool, E(conv[n, f, p*K + rv0, q*K' + rv1]))`` whose stride equals its
 window (non-overlapping windows, floor mode, no pool padding) and an optional element-wise tail (the
 average's division). :func:`supports_pair` answers the same for the conv and pool PrimFuncs before
-fusion, for a fusion policy.
+fusion, for a fusion policy, and :func:`pair_plan` gives the policy the plan (threads, registers,
+shared memory per block) this rule would run them with on a target.
 
 Structure. The conv tile never leaves the chip and never goes through shared memory either: each
 thread owns ``CV`` output channels x ``PHV x PWV`` whole pool windows, so it accumulates its
@@ -46,6 +47,7 @@ from tvm.target import Target
 from .common import (
     TiledScheduleRule,
     const_int,
+    gpu_limits,
     inline_all_but,
     is_reduction,
     linear_coefficients,
@@ -219,19 +221,57 @@ def supports_pair(producer: tirx.PrimFunc, consumer: tirx.PrimFunc) -> bool:
     conv this rule matches (groups = 1, its limits on kernel and stride), the consumer one window
     reduction of its input with stride = window, no padding and floor mode.
     """
-    config = ConvPool.Config()
+    return _pair_problem(producer, consumer, ConvPool.Config()) is not None
+
+
+def pair_plan(producer: tirx.PrimFunc, consumer: tirx.PrimFunc, target: Target):
+    """The plan ConvPool would run ``producer`` (a conv) fused with ``consumer`` (its pool) with on
+    ``target``: a :class:`~.plans.KernelPlan` with the best-ranked tile's threads per block,
+    registers per thread and shared bytes per block; None when the rule cannot run the pair
+    (see :func:`supports_pair`) or no tile fits the target.
+
+    The figures are those of ``ConvPool().plan`` on the fused PrimFunc (the same problem, ranked
+    on the same limits), judged on the two before fusion. At build time the rule takes the next
+    ranked tile only when TVM compacts a shared buffer to more than planned (edge tiles).
+    """
+    from .plans import KernelPlan  # pylint: disable=import-outside-toplevel
+
+    rule = ConvPool()
+    if not isinstance(target, Target) or not rule.is_target_available(target):
+        return None
+    config = rule.get_config(target)
+    problem = _pair_problem(producer, consumer, config)
+    if problem is None:
+        return None
+    tiles = rank_tiles(problem, gpu_limits(target), config)
+    if not tiles:
+        return None
+    tile = tiles[0]
+    return KernelPlan("ConvPool", tile.threads, tile.registers_estimate, tile.shared_bytes, tile.blocks,
+                      tile.summary())
+
+
+def _pair_problem(  # pylint: disable=too-many-return-statements
+    producer: tirx.PrimFunc, consumer: tirx.PrimFunc, config: "ConvPool.Config"
+) -> Optional[ConvPoolProblem]:
+    """The problem ConvPool would see in ``producer`` fused with ``consumer``, or None when it
+    would not take them (see :func:`supports_pair`)."""
     if not isinstance(producer, tirx.PrimFunc) or not isinstance(consumer, tirx.PrimFunc):
-        return False
+        return None
     try:
         sch = s_tir.Schedule(producer)
         convs = [b for b in sch.get_child_blocks(get_root_block(sch)) if is_reduction(sch.get(b))]
-        if len(convs) != 1 or _match_conv(sch, convs[0], config) is None:
-            return False
+        if len(convs) != 1:
+            return None
+        conv_shape = _match_conv(sch, convs[0], config)
+        if conv_shape is None:
+            return None
+        data = sch.get(convs[0]).reads[conv_shape[-2]].source
         sch = s_tir.Schedule(consumer)
         root = get_root_block(sch)
         pools = [b for b in sch.get_child_blocks(root) if is_reduction(sch.get(b))]
         if len(pools) != 1:
-            return False
+            return None
         for block in sch.get_child_blocks(root):  # a padding block goes into the pool's reads
             if not sch.get(block).same_as(sch.get(pools[0])):
                 try:
@@ -244,9 +284,29 @@ def supports_pair(producer: tirx.PrimFunc, consumer: tirx.PrimFunc) -> bool:
         for load in tensor_loads(pool.body):
             if not any(load.source.same_as(b) for b in internal + inputs):
                 inputs.append(load.source)
-        return len(inputs) == 1 and _match_pool(sch, pools[0], inputs[0], config) is not None
+        if len(inputs) != 1:
+            return None
+        pooled = _match_pool(sch, pools[0], inputs[0], config)
     except RuntimeError:  # ScheduleError, InternalError
-        return False
+        return None
+    if pooled is None:
+        return None
+    batch, out_ch, in_ch, kernel, stride, dilation, _, data_idx, weight_idx = conv_shape
+    pooled_hw, window, kind = pooled
+    return ConvPoolProblem(
+        batch=batch,
+        in_channels=in_ch,
+        out_channels=out_ch,
+        pooled=pooled_hw,
+        kernel=kernel,
+        stride=stride,
+        dilation=dilation,
+        window=window,
+        pool=kind,
+        dtype_bytes=max(1, DataType(str(data.dtype)).bits // 8),
+        data_read_index=data_idx,
+        weight_read_index=weight_idx,
+    )
 
 
 def _match_conv(  # pylint: disable=too-many-locals,too-many-return-statements

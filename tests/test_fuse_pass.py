@@ -30,11 +30,11 @@ def fuse(mod, profile, **knobs):
     return hw.HardwareAwareFuseOps(profile, **knobs)(lower(mod))
 
 
-# ---- conv + ReLU + 2x2 max-pool -------------------------------------------------------------
+# ---- conv + ReLU + 2x2 max-pool, conv_relu_pool's shape at batch 32 --------------------------
 @I.ir_module
 class ConvReluPool:
     @R.function
-    def main(x: R.Tensor((1, 64, 56, 56), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")):
+    def main(x: R.Tensor((32, 64, 112, 112), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")):
         with R.dataflow():
             a = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
             b = R.nn.relu(a)
@@ -45,12 +45,13 @@ class ConvReluPool:
 
 @I.ir_module
 class ConvReluPoolFusedOnChip:
-    """H200: the pool reads the conv tile from shared memory: one kernel."""
+    """H200: one kernel, ConvPool's plan (256 threads, ~128 regs) keeps 16 warps an SM, more than
+    the unfused conv as ImplicitGemm plans it (ptxas agrees: 16 against 12)."""
 
     @R.function(private=True)
     def fused_conv2d_relu_max_pool2d(
-        x: R.Tensor((1, 64, 56, 56), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")
-    ) -> R.Tensor((1, 64, 28, 28), "float32"):
+        x: R.Tensor((32, 64, 112, 112), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")
+    ) -> R.Tensor((32, 64, 56, 56), "float32"):
         R.func_attr({"Primitive": True})
         with R.dataflow():
             a = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
@@ -60,7 +61,7 @@ class ConvReluPoolFusedOnChip:
         return c
 
     @R.function
-    def main(x: R.Tensor((1, 64, 56, 56), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")):
+    def main(x: R.Tensor((32, 64, 112, 112), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")):
         cls = ConvReluPoolFusedOnChip
         with R.dataflow():
             c = cls.fused_conv2d_relu_max_pool2d(x, w)
@@ -70,12 +71,13 @@ class ConvReluPoolFusedOnChip:
 
 @I.ir_module
 class ConvReluPoolStaged:
-    """RTX 3060: the tile would cut occupancy too far; conv+ReLU, then the pool."""
+    """RTX 4090: ConvPool's plan (224 threads, ~128 regs) keeps 14 warps an SM where the unfused
+    conv keeps 20 (ptxas agrees): staged, conv+ReLU, then the pool."""
 
     @R.function(private=True)
     def fused_conv2d_relu(
-        x: R.Tensor((1, 64, 56, 56), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")
-    ) -> R.Tensor((1, 64, 56, 56), "float32"):
+        x: R.Tensor((32, 64, 112, 112), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")
+    ) -> R.Tensor((32, 64, 112, 112), "float32"):
         R.func_attr({"Primitive": True})
         with R.dataflow():
             a = R.nn.conv2d(x, w, padding=[1, 1, 1, 1])
@@ -84,7 +86,7 @@ class ConvReluPoolStaged:
         return b
 
     @R.function
-    def main(x: R.Tensor((1, 64, 56, 56), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")):
+    def main(x: R.Tensor((32, 64, 112, 112), "float32"), w: R.Tensor((64, 64, 3, 3), "float32")):
         cls = ConvReluPoolStaged
         with R.dataflow():
             b = cls.fused_conv2d_relu(x, w)
@@ -97,8 +99,8 @@ def test_conv_pool_fused_on_h200():
     tvm.ir.assert_structural_equal(fuse(ConvReluPool, "nvidia-h200"), lower(ConvReluPoolFusedOnChip))
 
 
-def test_conv_pool_staged_on_rtx_3060():
-    tvm.ir.assert_structural_equal(fuse(ConvReluPool, "nvidia-rtx-3060"), lower(ConvReluPoolStaged))
+def test_conv_pool_staged_on_rtx_4090():
+    tvm.ir.assert_structural_equal(fuse(ConvReluPool, "nvidia-rtx-4090"), lower(ConvReluPoolStaged))
 
 
 def test_complex_pairs_knob_turns_the_pair_off():

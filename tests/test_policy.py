@@ -1,23 +1,26 @@
 """The rules read the profile: budgets follow the hardware, and decisions differ where they should."""
 
+from types import SimpleNamespace
+
 import pytest
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw.occupancy import register_budget
+from tvm_fusion_hw.occupancy import occupancy, register_budget
 from tvm_fusion_hw.policy import FusionPolicy, PolicyConfig
+from tvm_fusion_hw.schedules.plans import KernelPlan
 
 
 BOTH_PAIRS = ("conv->window", "depthwise_conv->pointwise_conv")
 
 
-def report_for(runner, model, profile, **knobs):
+def report_for(runner, model, profile, batch=1, **knobs):
     """The decisions on ``profile``; complex pairs count as templated unless a knob says not."""
     import tvm
     from tvm_fusion_hw.pipeline import fused_module
 
     knobs.setdefault("pair_templates", BOTH_PAIRS)
     fuse = hw.HardwareAwareFuseOps(profile, **knobs)
-    mod, _, _ = runner.module(model)
+    mod, _, _ = runner.module(model, batch)
     fused_module(mod, tvm.target.Target({"kind": "llvm"}), fuse)
     return fuse.report
 
@@ -26,27 +29,164 @@ def complex_pairs(report):
     return report.find("complex-pair")
 
 
-def test_conv_pool_fused_on_h200_and_not_on_gddr6(runner):
-    """With 228 KiB of shared memory per SM the conv tile keeps occupancy; with the RTX 3060's
-    100 KiB only two blocks fit and occupancy falls by more than the 20% the rules allow."""
+def conv_pool_tile(runner, profile, batch):
+    """The tile ConvPool plans for conv_relu_pool's fused PrimFunc on ``profile`` (the pair forced)."""
+    from tvm_fusion_hw.pipeline import fused_module
+    from tvm_fusion_hw.schedules.conv_pool import ConvPool
+
+    target = hw.target(profile)
+    fuse = hw.HardwareAwareFuseOps(target, pair_templates=("conv->window",), max_occupancy_drop=0.99)
+    mod, _, _ = runner.module("conv_relu_pool", batch)
+    fused = fused_module(mod, target, fuse)
+    return ConvPool().plan(fused["fused_conv2d_add_relu_max_pool2d"], target)[1]
+
+
+# ---- conv -> pool: the template's plan --------------------------------------------------------
+@pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-rtx-3060", "amd-mi300x", "amd-mi250x"])
+@pytest.mark.parametrize("batch", [1, 32])
+def test_conv_pool_decision_uses_the_templates_plan(runner, profile, batch):
+    """The fused kernel's threads, registers and shared memory are those ConvPool plans for the
+    fused PrimFunc (asked on the two unfused PrimFuncs); the decision follows from them."""
+    (pair,) = complex_pairs(report_for(runner, "conv_relu_pool", profile, batch))
+    tile = conv_pool_tile(runner, profile, batch)
+    fig = pair.figures
+    assert fig["figures_from"] == "ConvPool template's plan"
+    assert (fig["plan_threads_per_block"], fig["plan_registers_per_thread"], fig["plan_shared_bytes"],
+            fig["plan_blocks"]) == (tile.threads, tile.registers_estimate, tile.shared_bytes, tile.blocks)
+    fused = occupancy(hw.load_profile(profile), tile.threads, tile.registers_estimate, tile.shared_bytes)
+    assert fig["fused_occupancy"] == round(fused.occupancy, 3)
+    assert "intermediate_tile_bytes" not in fig  # the policy's own tile model is not asked
+    assert f"ConvPool template's plan ({tile.threads} threads/block, ~{tile.registers_estimate} " \
+           f"regs/thread, {tile.shared_bytes / 1024:.1f} KiB shared/block)" in pair.reason
+    assert pair.fused == (fig["occupancy_drop"] <= 0.20) and pair.staged == (not pair.fused)
+    assert fig["plan_shared_bytes"] <= fig["shared_bytes_per_block_limit"]
+
+
+@pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-rtx-3060", "amd-mi300x"])
+def test_conv_pool_fuses_where_the_template_fits(runner, profile, monkeypatch):
+    """Batch 32: the policy's own tile model (a shared-memory tile of 2 warps of pixels x the pool
+    window x 32 channels) refused the pair on the RTX 3060 (occupancy) and the MI300X (72 KiB of
+    LDS); ConvPool keeps the conv outputs in registers and stages 8-29 KiB of operands, and its
+    plan keeps the occupancy of the unfused conv as ImplicitGemm plans it."""
+    (planned,) = complex_pairs(report_for(runner, "conv_relu_pool", profile, 32))
+    assert planned.fused, planned.reason
+    assert planned.reason.startswith("conv -> window: one kernel, the ConvPool template's plan")
+    assert planned.figures["unfused_occupancy_from"] == "unfused, ImplicitGemm plan"
+    # The same pair judged by the tile model (the template registered as a plain check).
+    from tvm_fusion_hw.schedules import PAIR_TEMPLATES
+    from tvm_fusion_hw.schedules.conv_pool import supports_pair
+
+    monkeypatch.setitem(PAIR_TEMPLATES, "conv->window", supports_pair)
+    (modelled,) = complex_pairs(report_for(runner, "conv_relu_pool", profile, 32))
+    assert modelled.figures["figures_from"] == "policy tile model"
+    assert modelled.fused == (profile == "nvidia-h200"), modelled.reason
+
+
+def test_plan_that_does_not_fit_is_staged(runner):
+    """MI250X, batch 1: ConvPool's best tile stages 63 KiB of operands, one block per CU (2
+    waves); the unfused conv holds far more. Staged: two kernels, one global round trip."""
+    report = report_for(runner, "conv_relu_pool", "amd-mi250x")
+    (pair,) = complex_pairs(report)
+    assert not pair.fused and pair.staged and pair in report.staged()
+    assert pair.reason.startswith("conv -> window: staged: the ConvPool template's plan (128 threads/block")
+    assert "occupancy" in pair.reason and "drops" in pair.reason and "unfused, ImplicitGemm plan)" in pair.reason
+    assert "two kernels, one global round trip of the intermediate (6.42 MB written and read back)" in pair.reason
+    assert pair.figures["occupancy_drop"] > 0.20
+    assert pair.figures["round_trip_bytes"] == 2 * 64 * 112 * 112 * 4  # conv output written, read back
+    assert [g.members for g in report.groups][-1] == ["max_pool2d"]
+    text = str(report)
+    assert "stage [complex-pair] conv2d+add+relu -> max_pool2d: conv -> window: staged:" in text
+    assert "1 of them staged: one global round trip" in text
+
+
+# ---- the PAIR_TEMPLATES protocol: planners and plain checks -------------------------------------
+def out_shape(func):
+    """The shape of a PrimFunc's last parameter (its output)."""
+    return tuple(int(d) for d in func.params[-1].ty.shape)
+
+
+def part_plans(monkeypatch, plan):
+    """Every unfused part planned as ``plan`` (the occupancy baseline, independent of ImplicitGemm)."""
+    from tvm_fusion_hw.schedules import plans
+
+    monkeypatch.setattr(plans, "kernel_plan", lambda func, target, rules=None: plan)
+
+
+@pytest.mark.parametrize("planned, staged_by", [
+    (KernelPlan("Fake", 256, 32, 240 * 1024), "more than 227 KiB shared memory per block"),
+    (KernelPlan("Fake", 64, 300, 1024), "more than 255 regs/thread"),
+    (KernelPlan("Fake", 256, 128, 4096), "drops 75% > 20%"),  # 16 warps against 64
+    (None, None),
+    (SimpleNamespace(threads=256, registers_estimate=32, shared_bytes=4096, blocks=392), None),
+])
+def test_a_planner_decides_with_its_plan(runner, monkeypatch, planned, staged_by):
+    from tvm_fusion_hw.schedules import PAIR_TEMPLATES
+
+    asked = []
+
+    def planner(producer, consumer, target):
+        asked.append((out_shape(producer), out_shape(consumer), str(target.tag)))
+        return planned
+
+    monkeypatch.setitem(PAIR_TEMPLATES, "conv->window", planner)
+    part_plans(monkeypatch, KernelPlan("Part", 256, 32, 0))  # 64 warps a multiprocessor
+    (pair,) = complex_pairs(report_for(runner, "conv_relu_pool", "nvidia-h200"))
+    assert asked == [((1, 64, 112, 112), (1, 64, 56, 56), "nvidia-h200")]  # the unfused conv, pool
+    if planned is None:
+        assert not pair.fused and not pair.staged
+        assert "the conv->window template cannot run this pair" in pair.reason
+    elif staged_by:
+        assert not pair.fused and pair.staged, pair.reason
+        assert pair.reason.startswith("conv -> window: staged: the Fake template's plan") and staged_by in pair.reason
+        assert "one global round trip" in pair.reason
+    else:  # a rule's tile, duck-typed: threads, registers_estimate, shared_bytes
+        assert pair.fused, pair.reason
+        assert pair.figures["plan_blocks"] == 392 and "unfused, Part plan)" in pair.reason
+
+
+def test_a_plain_check_still_works(runner, monkeypatch):
+    """A check ``(producer, consumer) -> bool`` gives no plan: the policy's own tile model judges
+    the fit, as before plans (and as a depthwise->pointwise check registered later will)."""
+    from tvm_fusion_hw.schedules import PAIR_TEMPLATES
+
+    calls = []
+    monkeypatch.setitem(PAIR_TEMPLATES, "conv->window", lambda producer, consumer: calls.append(1) or True)
     (h200,) = complex_pairs(report_for(runner, "conv_relu_pool", "nvidia-h200"))
-    assert h200.fused, h200.reason
-    assert h200.figures["occupancy_drop"] <= 0.20
-    assert h200.figures["fused_shared_bytes"] <= h200.figures["shared_bytes_per_block_limit"]
+    assert h200.fused and calls, h200.reason
+    assert h200.figures["figures_from"] == "policy tile model"
+    assert h200.figures["intermediate_tile_bytes"] == 64 * 4 * 32 * 4  # 2 warps of pixels x 2x2 x 32 channels
+    assert h200.reason.startswith("conv -> window: 32.0 KiB tile in shared memory")
     (rtx,) = complex_pairs(report_for(runner, "conv_relu_pool", "nvidia-rtx-3060"))
-    assert not rtx.fused
-    assert "occupancy" in rtx.reason and "drops" in rtx.reason
-    assert rtx.figures["occupancy_drop"] > 0.20
-    assert rtx.figures["intermediate_tile_bytes"] == h200.figures["intermediate_tile_bytes"]
+    assert not rtx.fused and rtx.staged and rtx.figures["occupancy_drop"] > 0.20
+    assert rtx.reason.startswith("conv -> window: staged: occupancy") and "(policy tile model)" in rtx.reason
+    assert "one global round trip" in rtx.reason
+    (amd,) = complex_pairs(report_for(runner, "conv_relu_pool", "amd-mi300x"))
+    assert amd.figures["intermediate_tile_bytes"] == 2 * h200.figures["intermediate_tile_bytes"]  # wave64
+    assert amd.staged and "exceeds 64 KiB" in amd.reason
+    monkeypatch.setitem(PAIR_TEMPLATES, "conv->window", lambda producer, consumer: False)
+    (declined,) = complex_pairs(report_for(runner, "conv_relu_pool", "nvidia-h200"))
+    assert not declined.fused and "template does not take this pair" in declined.reason
+    # A depthwise->pointwise check registered the same way.
+    seen = []
+    monkeypatch.setitem(PAIR_TEMPLATES, "depthwise_conv->pointwise_conv",
+                        lambda producer, consumer: seen.append(out_shape(producer)) or True)
+    (dw_pw,) = complex_pairs(report_for(runner, "dw_pw", "nvidia-h200"))
+    assert dw_pw.fused and seen == [(1, 144, 56, 56)] and dw_pw.figures["figures_from"] == "policy tile model"
 
 
-def test_amd_tile_exceeds_64_kib_of_lds(runner):
-    """The tile covers two warps of pixels: 128 on a wave64 GPU, 64 on NVIDIA: twice the bytes,
-    more than the MI300X's 64 KiB of LDS per workgroup."""
-    (h200,) = complex_pairs(report_for(runner, "conv_relu_pool", "nvidia-h200"))
-    (mi300,) = complex_pairs(report_for(runner, "conv_relu_pool", "amd-mi300x"))
-    assert mi300.figures["intermediate_tile_bytes"] == 2 * h200.figures["intermediate_tile_bytes"]
-    assert not mi300.fused and "exceeds 64 KiB" in mi300.reason
+def test_ask_pair_template_tells_checks_from_planners():
+    from tvm_fusion_hw.schedules.plans import ask_pair_template, plans_with_target
+
+    plan = KernelPlan("P", 128, 64, 1024)
+    assert not plans_with_target(lambda producer, consumer: True)
+    assert plans_with_target(lambda producer, consumer, target: None)
+    assert plans_with_target(lambda producer, consumer, *, target=None: None)
+    assert ask_pair_template(lambda p, c: True, None, None, "t") == (True, None, False)
+    assert ask_pair_template(lambda p, c: 0, None, None, "t") == (False, None, False)
+    assert ask_pair_template(lambda p, c: plan, None, None, "t") == (True, plan, True)
+    assert ask_pair_template(lambda p, c, target: plan, None, None, "t") == (True, plan, True)
+    assert ask_pair_template(lambda p, c, target: None, None, None, "t") == (False, None, True)
+    assert ask_pair_template(lambda *args: len(args) == 3, None, None, "t") == (True, None, False)
 
 
 @pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-rtx-3060", "amd-mi300x"])

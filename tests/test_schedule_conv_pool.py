@@ -6,7 +6,8 @@ CPU only except the last test. Checked:
   convs, stride 2, no padding, ReLU6, batch 2), and declines a conv without a pool, a pool alone,
   a depthwise conv (alone and fused with its pool), overlapping and ceil-mode pools, matmuls,
   element-wise kernels, depthwise+pointwise pairs and non-GPU targets; ``supports_pair`` says the
-  same of the conv and pool PrimFuncs before fusion (what a fusion policy can ask);
+  same of the conv and pool PrimFuncs before fusion, and ``pair_plan`` (what the fusion policy
+  asks) gives the tile the rule then plans for the fused PrimFunc;
 - its schedules compute what the unscheduled PrimFunc computes: the thread loops are turned back
   into serial loops and both are run with LLVM, for the tiles it picks and for forced tiles that
   exercise the register tile, the chunked channel loop, the padded row pitch and edge tiles;
@@ -34,24 +35,30 @@ from tvm_fusion_hw.models import build, example_inputs
 from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
-from tvm_fusion_hw.schedules.conv_pool import ConvPool, supports_pair
+from tvm_fusion_hw.schedules.conv_pool import ConvPool, pair_plan, supports_pair
 from tvm_fusion_hw.schedules.conv_pool_tiles import evaluate_tile, rank_tiles
 from tvm_fusion_hw.schedules.depthwise_conv import DepthwiseConv
+from tvm_fusion_hw.schedules.plans import KernelPlan
 from tir_checks import assert_schedule_preserves_numerics, cuda_source, prim_funcs
 
 H200 = "nvidia-h200"
 LLVM = tvm.target.Target({"kind": "llvm"})
 FUSED = "fused_conv2d_add_relu_max_pool2d"
-#: Our fusion with the conv+pool pair allowed; the small channel tile and the looser occupancy
-#: limit let the policy's (shared-memory) tile model accept the pair on every profile.
+#: Our fusion with the conv+pool pair allowed; the looser occupancy limit lets the policy accept
+#: the pair on every profile whatever ConvPool's plan holds against the unfused conv's (the
+#: policy's own decisions are tested in test_policy.py), and the small channel tile lets its
+#: shared-memory tile model accept a pair that has no plan (a depthwise conv and its pool).
 PAIR_KNOBS = dict(pair_templates=("conv->window", "pointwise_conv->window"), pool_channel_tile=8,
                   max_occupancy_drop=0.9)
+#: The same for conv_relu_pool: this file tests the template, so the pair is fused whatever the
+#: policy makes of the plan's occupancy against the unfused conv's (ImplicitGemm's plan).
+CONV_POOL_KNOBS = {"pair_templates": ("conv->window",), "max_occupancy_drop": 0.99}
 
 
 # ---- helpers -----------------------------------------------------------------------------------
 def conv_relu_pool_funcs(batch, target_name=H200):
     target = hw.target(target_name)
-    fuse = hw.HardwareAwareFuseOps(target, pair_templates=("conv->window",))
+    fuse = hw.HardwareAwareFuseOps(target, **CONV_POOL_KNOBS)
     return prim_funcs(fused_module(import_onnx(build("conv_relu_pool", batch=batch)), target, fuse))
 
 
@@ -84,7 +91,7 @@ def pipeline(target, monkeypatch, rule=True, knobs=None):
     """``get_pipeline`` with ConvPool (and DepthwiseConv) as the package's rules."""
     rules = [ConvPool(), DepthwiseConv()] if rule else []
     monkeypatch.setattr(hw_schedules, "default_rules", lambda: rules)
-    knobs = knobs or {"pair_templates": ("conv->window",)}
+    knobs = knobs or CONV_POOL_KNOBS
     return hw.get_pipeline(target, fuse_pass=hw.HardwareAwareFuseOps(target, **knobs))
 
 
@@ -182,6 +189,22 @@ def test_supports_pair_judges_the_unfused_functions(case, expected):
     (pool,) = [f for n, f in funcs.items() if "pool" in n]
     assert supports_pair(conv, pool) is expected
     assert not supports_pair(pool, conv)
+    target = hw.target(H200)
+    assert (pair_plan(conv, pool, target) is not None) is expected
+    assert pair_plan(pool, conv, target) is None and pair_plan(conv, pool, LLVM) is None
+
+
+@pytest.mark.parametrize("name,batch", [(H200, 1), (H200, 32), ("amd-mi300x", 1), ("nvidia-rtx-3060", 32)])
+def test_pair_plan_is_the_rules_plan_of_the_fused_function(name, batch):
+    """What the policy is told before fusing (on the conv and pool PrimFuncs) is the tile the rule
+    then plans for the fused PrimFunc: threads, registers, shared memory and blocks."""
+    target = hw.target(name)
+    mod = import_onnx(build("conv_relu_pool", batch=batch))
+    unfused = prim_funcs(fused_module(mod, target, hw.HardwareAwareFuseOps(target, max_depth=1)))
+    plan = pair_plan(unfused["conv2d"], unfused["max_pool2d"], target)
+    _, tile = ConvPool().plan(conv_relu_pool_funcs(batch, name)[FUSED], target)
+    assert plan == KernelPlan("ConvPool", tile.threads, tile.registers_estimate, tile.shared_bytes,
+                              tile.blocks, tile.summary())
 
 
 # ---- (2) forced tiles: register tiles, channel chunks, padded pitch, edge tiles ----------------
@@ -230,16 +253,11 @@ def test_tiles_respect_target_limits(name):
 @pytest.mark.parametrize("name", ["nvidia-a100-80gb", "amd-mi300x"])
 def test_conv_relu_pool_builds(name, monkeypatch):
     target = hw.target(name)
-    knobs = None
     if target.kind.name == "rocm":
         if not toolchain.have_rocm_toolchain():
             pytest.skip("no ROCm toolchain (ld.lld 22, device libraries)")
         toolchain.configure_rocm()
-        # The policy's tile model (the conv tile in shared memory) refuses the pair on 64 KiB of
-        # LDS; the template keeps that tile in registers.
-        knobs = {"pair_templates": ("conv->window",), "pool_channel_tile": 8,
-                 "max_occupancy_drop": 0.9}
-    ex = compile_conv_relu_pool(target, monkeypatch, knobs=knobs)
+    ex = compile_conv_relu_pool(target, monkeypatch)
     if target.kind.name == "cuda":
         assert list(kernels_of(cuda_source(ex), FUSED)) == [f"{FUSED}_kernel"]
     else:

@@ -26,9 +26,12 @@ class Decision:
     fused: bool
     reason: str
     figures: Dict[str, Number] = dataclasses.field(default_factory=dict)
+    #: kept apart because the fused kernel would not fit on chip (shared memory, registers,
+    #: occupancy): staged fusion, the two run as kernels with one global round trip between them
+    staged: bool = False
 
     def line(self) -> str:
-        verdict = "FUSE " if self.fused else "apart"
+        verdict = "FUSE " if self.fused else ("stage" if self.staged else "apart")
         return f"{verdict} [{self.rule}] {self.producer} -> {self.consumer}: {self.reason}"
 
 
@@ -110,6 +113,10 @@ class FusionReport:
     def refused(self) -> List[Decision]:
         return [d for d in self.decisions if not d.fused]
 
+    def staged(self) -> List[Decision]:
+        """Refusals for lack of room on chip: the two groups run staged, through global memory."""
+        return [d for d in self.decisions if d.staged and not d.fused]
+
     def find(self, rule: str) -> List[Decision]:
         """Decisions taken by one rule."""
         return [d for d in self.decisions if d.rule == rule]
@@ -123,7 +130,10 @@ class FusionReport:
     def __str__(self) -> str:
         lines = [f"Hardware-aware fusion on {self.profile}"]
         lines += [f"  {k}: {v}" for k, v in self.all_budgets().items()]
-        lines.append(f"Decisions ({len(self.fused())} fused, {len(self.refused())} kept apart):")
+        staged = len(self.staged())
+        lines.append(f"Decisions ({len(self.fused())} fused, {len(self.refused())} kept apart"
+                     + (f", {staged} of them staged: one global round trip where fusing does not fit" if staged
+                        else "") + "):")
         lines += ["  " + d.line() for d in self.decisions]
         lines.append(f"Groups ({len(self.groups)}):")
         lines += ["  " + g.line() for g in self.groups]
