@@ -193,23 +193,7 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-br
     pooled = _match_pool(sch, pool, sch.get(conv).writes[0].source, config)
     if pooled is None:
         return None
-    batch, out_ch, in_ch, kernel, stride, dilation, _, data_idx, weight_idx = conv_shape
-    pooled_hw, window, kind = pooled
-    problem = ConvPoolProblem(
-        batch=batch,
-        in_channels=in_ch,
-        out_channels=out_ch,
-        pooled=pooled_hw,
-        kernel=kernel,
-        stride=stride,
-        dilation=dilation,
-        window=window,
-        pool=kind,
-        dtype_bytes=max(1, DataType(str(data.dtype)).bits // 8),
-        data_read_index=data_idx,
-        weight_read_index=weight_idx,
-    )
-    return problem, pad, conv, pool, tail
+    return _problem(conv_shape, pooled, data), pad, conv, pool, tail
 
 
 def supports_pair(producer: tirx.PrimFunc, consumer: tirx.PrimFunc) -> bool:
@@ -291,6 +275,11 @@ def _pair_problem(  # pylint: disable=too-many-return-statements
         return None
     if pooled is None:
         return None
+    return _problem(conv_shape, pooled, data)
+
+
+def _problem(conv_shape: tuple, pooled: tuple, data: tirx.Buffer) -> ConvPoolProblem:
+    """The problem from ``_match_conv``'s and ``_match_pool``'s findings and the conv's input."""
     batch, out_ch, in_ch, kernel, stride, dilation, _, data_idx, weight_idx = conv_shape
     pooled_hw, window, kind = pooled
     return ConvPoolProblem(

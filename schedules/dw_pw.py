@@ -46,14 +46,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Tuple
 
-import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.target import Target
 
 from .common import (TiledScheduleRule, const_int, gpu_limits, inline_all_but, is_plain_spatial,
                      is_reduction, linear_coefficients, mac_operands, only_coefficients,
-                     padding_producer, tensor_loads, trivially_bound, var_position)
+                     padding_producer, tensor_loads, trivially_bound, var_position,
+                     with_min_blocks_per_multiprocessor)
 from .depthwise_conv import _match_and_inline as _match_depthwise_group
 from .depthwise_conv import _match_depthwise
 from .dw_pw_tiles import DwPwProblem, DwPwTile, rank_tiles
@@ -133,12 +133,12 @@ class DepthwisePointwise(TiledScheduleRule):
     def apply(self, func: tirx.PrimFunc, target: Target, _: bool) -> Optional[s_tir.Schedule]:
         """``func`` scheduled with the best tile that compacts as planned, launch-bounded."""
         planned = self.schedule_best(func, target)
-        return None if planned is None else _with_launch_bounds(planned[2], planned[1])
+        return None if planned is None else with_min_blocks_per_multiprocessor(planned[2], planned[1].blocks_per_multiprocessor)
 
     def schedule_tile(self, func: tirx.PrimFunc, target: Target, tile) -> Optional[s_tir.Schedule]:
         """``func`` scheduled with ``tile``, launch-bounded; None when it is not this pattern."""
         sch = super().schedule_tile(func, target, tile)
-        return None if sch is None else _with_launch_bounds(sch, tile)
+        return None if sch is None else with_min_blocks_per_multiprocessor(sch, tile.blocks_per_multiprocessor)
 
     # ---- the rule: TiledScheduleRule calls these three -----------------------------------------
     @staticmethod
@@ -425,26 +425,6 @@ def _cooperative(sch: s_tir.Schedule, loops: list, plan: Tuple[str, int], thread
     sch.bind(lane, "threadIdx.x")
     if unroll:
         sch.annotate(outer, "pragma_unroll", unroll)
-
-
-def _with_launch_bounds(sch: s_tir.Schedule, tile: DwPwTile) -> s_tir.Schedule:
-    """``sch``'s function with the blocks a multiprocessor must hold (``__launch_bounds__(threads,
-    blocks)`` on CUDA) set to the tile's modelled residency.
-
-    Without it ptxas (sm_90, nvcc 13) squeezes some of these kernels a step below their registers
-    for one more resident block and spills (seen: 40 registers needed, 32 used with 8 bytes
-    spilled); given the residency it fits the registers to it instead, without spilling.
-    """
-
-    def post(loop: tirx.For) -> tirx.For:
-        binding = loop.thread_binding
-        if loop.kind != tirx.ForKind.THREAD_BINDING or binding is None or binding.thread_tag != "blockIdx.x":
-            return loop
-        body = tirx.AttrStmt(loop.loop_var, "tirx.launch_bounds_min_blocks_per_sm",
-                             tirx.IntImm("int32", tile.blocks_per_multiprocessor), loop.body)
-        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, binding, loop.annotations)
-
-    return s_tir.Schedule(tvm_ffi.structural_map(sch.mod["main"], (tirx.For, post)))
 
 
 def _read_index(sch: s_tir.Schedule, block: SBlockRV, buffer: tirx.Buffer) -> int:

@@ -52,6 +52,8 @@ SBlockRV = s_tir.schedule.SBlockRV
 
 #: ptxas (CUDA 13, sm_90) caps 256-thread blocks that prefetch K-major tiles at 64 registers and
 #: spills 4-16 bytes (ResNet-50's split-K 3x3 convs at batch 1); 128-thread ones do not spill.
+#: ``common.with_min_blocks_per_multiprocessor`` at the modelled residency also avoids it (80
+#: registers, no spill) but sets launch bounds on every GEMM kernel: not adopted until timed.
 _MAX_PREFETCH_VECTOR_THREADS = 128
 
 #: Vector tiles only where the K loop dominates the kernel: a thread's outputs then sit in runs of

@@ -29,20 +29,20 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from tvm import relax, s_tir, tirx
+from tvm import s_tir, tirx
 
 import tvm_fusion_hw as hw
 import tvm_fusion_hw.schedules as hw_schedules
 from tvm_fusion_hw import kernel_resources, toolchain
 from tvm_fusion_hw.frontend import import_onnx
-from tvm_fusion_hw.models import build, example_inputs
+from tvm_fusion_hw.models import build
 from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
 from tvm_fusion_hw.schedules.dw_pw import DepthwisePointwise, pair_plan, supports_pair
 from tvm_fusion_hw.schedules.dw_pw_tiles import evaluate_tile, rank_tiles
 from tir_checks import (assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs,
-                        ptxas_report)
+                        ptxas_report, run_model)
 
 H200 = "nvidia-h200"
 LLVM = tvm.target.Target({"kind": "llvm"})
@@ -415,18 +415,9 @@ def test_builds_for_gfx942(fused):
                                          ("mobilenet_v2", 32)])
 def test_on_gpu_matches_the_pair_apart(model, batch):
     target, dev = hw.target(H200), tvm.cuda(0)
-    built = build(model, batch=batch)
-    mod, params = relax.frontend.detach_params(import_onnx(built))
-    feeds = example_inputs(built)
-    num_input = int(mod["main"].attrs["num_input"])
-    args = [tvm.runtime.tensor(feeds[p.name], dev) for p in mod["main"].params[:num_input]]
-    args += [tvm.runtime.tensor(w.numpy(), dev) for w in params.get("main", [])]
     outs, times = {}, {}
     for name, knob in (("apart", None), ("fused", KNOB)):
-        ex = tvm.compile(mod, target=target, relax_pipeline=hw.get_pipeline(target, pair_templates=knob))
-        vm = relax.VirtualMachine(ex, dev)
-        out = vm["main"](*args)
-        outs[name] = (out[0] if isinstance(out, (list, tuple)) else out).numpy()
+        outs[name], vm, args = run_model(model, batch, target, hw.get_pipeline(target, pair_templates=knob), dev)
         times[name] = vm.time_evaluator("main", dev, number=20, repeat=5)(*args).median * 1e3
     print(f"{model} b{batch}: pair apart {times['apart']:.3f} ms, DepthwisePointwise {times['fused']:.3f} ms")
     np.testing.assert_allclose(outs["fused"], outs["apart"], rtol=1e-4, atol=1e-4)
