@@ -40,7 +40,7 @@ def _tiles_to_try(rule, func, target, top, tile_changes=()):
 
     def key(t):
         return (t.thread_rows, t.thread_cols, t.micro_rows, t.micro_cols, t.depth_step, t.split_k,
-                t.unroll_explicit, t.prefetch)
+                t.vector_width, t.unroll_explicit, t.prefetch)
 
     def same_but(t, **diff):
         return all(getattr(t, f) == getattr(best, f) for f in
