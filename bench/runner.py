@@ -28,7 +28,7 @@ COLUMNS = [("stock", "stock"), ("hw", "hw"), ("stock_graph", "stock+graph"), ("h
 NVCC_FLAGS = ["-O3", *[f"-U__CUDA_NO_{t}_{w}__" for t in ("HALF", "BFLOAT16", "BFLOAT162")
                        for w in ("OPERATORS", "CONVERSIONS")], "--expt-relaxed-constexpr",
               "--expt-extended-lambda", "--use_fast_math", "--ptxas-options=--register-usage-level=10"]
-TOP_KERNELS = 25  # kernels listed per library by --kernel-profile (the total counts them all)
+TOP_KERNELS = 25  # kernels kernels.md lists per library (results.json keeps them all, in "all")
 
 
 def log(msg):
@@ -202,8 +202,10 @@ def profile_kernels(tvm, vm, dev, feed, args):
     every distinct kernel alone on the arguments of its first call (time_evaluator: CUDA events on
     a GPU). TVM 0.27 has no VM profiler (no ``profile=True``, no tvm.runtime.profiling).
 
-    Returns {"total_us", "calls", "distinct", "top": [{"name", "us", "calls", "us_per_call"}]},
-    ``us`` summed over calls, largest first, the first TOP_KERNELS of them.
+    Returns {"total_us", "calls", "distinct", "all": [{"name", "us", "calls", "us_per_call"}],
+    "top": the first TOP_KERNELS of "all"}, ``us`` summed over calls, largest first. "all" feeds
+    per-kernel comparisons across libraries (bench/template_table.py); "top" is what kernels.md
+    shows (and what results.json had before "all").
     """
     calls = {}  # symbol -> [function, arguments of its first call, number of calls]
 
@@ -226,7 +228,7 @@ def profile_kernels(tvm, vm, dev, feed, args):
                      "us_per_call": round(per_call, 3)})
     rows.sort(key=lambda r: -r["us"])
     return {"total_us": round(sum(r["us"] for r in rows), 3), "calls": sum(r["calls"] for r in rows),
-            "distinct": len(rows), "top": rows[:TOP_KERNELS]}
+            "distinct": len(rows), "all": rows, "top": rows[:TOP_KERNELS]}
 
 
 def run_variant(tvm, path, dev, weights, inputs, args, profile=False):
@@ -607,6 +609,7 @@ def main(argv=None):
     tvm = setup_tvm(bundle, manifest, args.device, tmp)
     dev = tvm.cuda(0) if args.device == "cuda" else tvm.cpu(0)
     results = {"bundle": str(bundle), "profile": manifest["profile"], "compiled_with": manifest["tvm_version"],
+               "bundle_commit": manifest.get("commit"),
                "system": system_info(tvm, dev, args), "settings": vars(args), "rows": []}
     if args.device == "cuda":
         arch = "sm_" + dev.compute_version.replace(".", "")

@@ -120,8 +120,15 @@ def test_runner_runtime_only(llvm_bundle, tmp_path):
     assert prof["hw"]["calls"] == 1 and prof["eltwise5_split"]["calls"] == 5
     assert sum(k["calls"] for k in prof["eltwise5_split"]["top"]) == 5
     for lib in prof.values():
-        assert lib["total_us"] > 0 and lib["top"] == sorted(lib["top"], key=lambda k: -k["us"])
-        assert all(not k["name"].startswith("vm.builtin") for k in lib["top"])
+        assert lib["total_us"] > 0 and lib["all"] == sorted(lib["all"], key=lambda k: -k["us"])
+        assert all(not k["name"].startswith("vm.builtin") for k in lib["all"])
+        # "all" holds every kernel (template_table.py compares them); "top" stays its prefix
+        assert len(lib["all"]) == lib["distinct"] and lib["top"] == lib["all"][:len(lib["top"])]
+        assert sum(k["calls"] for k in lib["all"]) == lib["calls"]
+    # the commit the bundle was built from, for template_table.py to check its labels against
+    assert res["bundle_commit"] == llvm_bundle[1]["commit"]
+    if (bundle.REPO / ".git").exists():
+        assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", llvm_bundle[1]["commit"])
     kernels = (results / "kernels.md").read_text()
     assert "## eltwise5 b1" in kernels and "### eltwise5_split: 5 kernel calls" in kernels
 

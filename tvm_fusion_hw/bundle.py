@@ -5,7 +5,8 @@ hardware-aware one (and, for CUDA, both again with CUDA graphs), exports the lib
 everything a bare Python 3.12 + numpy machine needs to run them into one folder:
 
 ``manifest.json``
-    One entry per model x batch: inputs, parameters in the order ``main_transform_params`` takes
+    The profile, TVM version and git commit (``commit``) the bundle was built from, and one
+    entry per model x batch: inputs, parameters in the order ``main_transform_params`` takes
     them (with a SHA-256 of each value, so the runner can check that it rebuilt the same weights),
     FLOPs, bytes and the roofline bound on the profile, compile times, and one variant per library
     (extra named variants, ``--variant NAME:MODEL:KEY=VALUE,...``, carry their ``knobs``).
@@ -283,6 +284,23 @@ def _roofline(entry: Dict[str, object], prof) -> None:
                               entry["bytes"] / prof.dram_bytes_per_s)
 
 
+def source_commit() -> Optional[str]:
+    """The plugin's git commit (``-dirty`` with uncommitted changes to tracked files), or None
+    outside a git checkout: tables that re-derive facts from the source (which template took a
+    kernel) check it against the commit the bundle was built from."""
+    def _git(*args):
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                              timeout=30, check=False)
+    try:
+        head = _git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return None
+        dirty = _git("diff", "--quiet", "HEAD").returncode != 0
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty else "")
+
+
 def _dir_bytes(path: Path) -> int:
     """Total size of the files under ``path``."""
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
@@ -353,6 +371,7 @@ def write_bundle(out_dir, models: Sequence[str] = DEFAULT_MODELS,
     manifest = {
         "format": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tvm_version": tvm.__version__,
         "host": f"{platform.node()} {platform.machine()} Python {platform.python_version()}",
+        "commit": source_commit(),
         "profile": prof.name, "target_kind": target, "target": str(tgt),
         "peak_fp32_flop_per_s": prof.peak_fp32_flop_per_s, "dram_bytes_per_s": prof.dram_bytes_per_s,
         "runtime": {"tvm": "tvm_runtime", "wheels": [f"wheels/{w}" for w in wheels],
