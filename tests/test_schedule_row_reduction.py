@@ -1,6 +1,6 @@
 """Tests for schedules/row_reduction.py: the RowReduction schedule rule (and its tile model).
 
-CPU only. Checked:
+CPU only, except the tests marked gpu. Checked:
 - in the zoo (our fusion for the H200) the rule takes exactly the row kernels: the fused residual
   LayerNorm of layernorm_residual, BERT's LayerNorm and softmax (batch 1 and 32), the global
   average pool of ResNet-50 and MobileNetV2; none of them is a kernel another template plans;
@@ -14,9 +14,15 @@ CPU only. Checked:
   register array, and ptxas (when nvcc is present) reports no spills; gfx942 builds, no spills;
 - it declines element-wise kernels, matmul/GEMV (rows sharing an operand), reductions not along
   the trailing axes, windowed pools, dynamic shapes, kept rows the warp does not divide, CPU;
-- BERT's encoder layer builds with the full pipeline and explain_schedules names the rule.
+- BERT's encoder layer builds with the full pipeline and explain_schedules names the rule;
+- on a CUDA GPU (marked ``gpu``): layernorm_residual and BERT's layer equal LLVM's outputs, and
+  equal stock TVM's at batch 1 and 32 (MobileNetV2 for the pool); every row kernel (the fused
+  residual LayerNorm, BERT's LayerNorm and softmax, the global average pools of ResNet-50 and
+  MobileNetV2, batch 1 and 32) alone, scheduled by the rule, equals the same PrimFunc scheduled
+  by dlight's default rules, as stock TVM schedules it; times printed.
 """
 
+import functools
 import re
 
 import pytest
@@ -29,7 +35,7 @@ import tvm_fusion_hw as hw
 from tvm_fusion_hw import kernel_resources, toolchain
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build
-from tvm_fusion_hw.pipeline import fused_module
+from tvm_fusion_hw.pipeline import fused_module, schedule_pass
 from tvm_fusion_hw.schedule_report import explain_schedules
 from tvm_fusion_hw.schedules import ConvPool, DepthwiseConv, ImplicitGemm, RowReduction, VectorizedElementwise
 from tir_checks import LLVM, assert_schedule_preserves_numerics, cuda_source, prim_funcs, run_model
@@ -351,3 +357,68 @@ def test_models_on_gpu_match_llvm(model):
     gpu = run_model(model, 1, target, hw.get_pipeline(target, schedules=[RowReduction()]), tvm.cuda(0))[0]
     cpu = run_model(model, 1, LLVM, hw.get_pipeline(LLVM, profile=H200), tvm.cpu())[0]
     np.testing.assert_allclose(gpu, cpu, rtol=1e-4, atol=1e-4)
+
+
+#: (model, batch, kernel): every row kernel of the zoo at both batch sizes, for the GPU checks.
+GPU_KERNELS = [(m, b, k) for m, k in (("layernorm_residual", "fused_add_add1_layer_norm"),
+                                      ("bert_encoder_layer", "layer_norm"), ("bert_encoder_layer", "softmax"),
+                                      ("resnet50", "mean"), ("mobilenet_v2", "mean")) for b in (1, 32)]
+
+
+@functools.lru_cache(maxsize=None)
+def _fused_h200(model, batch):
+    return fused_funcs(model, batch, hw.target(H200))
+
+
+def build_kernel(func, rules, target):
+    """``func`` alone as symbol ``k``, scheduled as ``get_pipeline`` does: ``rules`` first, then
+    dlight's defaults (with ``rules`` empty: dlight's defaults alone, stock TVM's schedule)."""
+    mod = tvm.IRModule({"k": func.with_attr("global_symbol", "k")})
+    with target:
+        mod = schedule_pass(rules)(mod)
+    return tvm.compile(mod, target=target)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model, batch", [("layernorm_residual", 1), ("layernorm_residual", 32),
+                                          ("bert_encoder_layer", 1), ("bert_encoder_layer", 32),
+                                          ("mobilenet_v2", 1)])
+def test_models_on_gpu_match_stock(model, batch):
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    target, dev = hw.target(H200), tvm.cuda(0)
+    outs, times = {}, {}
+    for name, pipeline in (("stock", hw.stock_pipeline(target)),
+                           ("rule", hw.get_pipeline(target, schedules=[RowReduction()]))):
+        outs[name], vm, args = run_model(model, batch, target, pipeline, dev)
+        times[name] = vm.time_evaluator("main", dev, number=20, repeat=5)(*args).median * 1e3
+    print(f"{model} b{batch}: stock {times['stock']:.3f} ms, hw fusion + RowReduction {times['rule']:.3f} ms")
+    np.testing.assert_allclose(outs["rule"], outs["stock"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model, batch, kernel", GPU_KERNELS, ids=lambda x: str(x))
+def test_row_kernels_on_gpu_match_dlight(model, batch, kernel):
+    """The rule's kernel against dlight's schedule of the same PrimFunc (the output starts as NaN:
+    every element must be written)."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    target, dev = hw.target(H200), tvm.cuda(0)
+    func = _fused_h200(model, batch)[kernel]
+    assert RowReduction().apply(func, target, False) is not None  # the rule takes it
+    rng = np.random.default_rng(0)
+    shapes = [[int(d) for d in p.ty.shape] for p in func.params]
+    # 1-D parameters (LayerNorm's scale and shift) near 1; the rest standard normal
+    inputs = [(rng.uniform(0.5, 1.5, s) if len(s) <= 1 else rng.standard_normal(s)).astype("float32")
+              for s in shapes[:-1]]
+    outs, times = {}, {}
+    for name, rules in (("dlight", []), ("rule", [RowReduction()])):
+        ex = build_kernel(func, rules, target)
+        args = [tvm.runtime.tensor(a, dev) for a in inputs]
+        args.append(tvm.runtime.tensor(np.full(shapes[-1], np.nan, "float32"), dev))
+        ex["k"](*args)
+        outs[name] = args[-1].numpy()
+        times[name] = ex.mod.time_evaluator("k", dev, number=50, repeat=3)(*args).median * 1e6
+    print(f"{model} b{batch} {kernel}: RowReduction {times['rule']:.1f} us, dlight {times['dlight']:.1f} us")
+    assert np.isfinite(outs["dlight"]).all() and np.isfinite(outs["rule"]).all()
+    np.testing.assert_allclose(outs["rule"], outs["dlight"], rtol=1e-4, atol=1e-5)
