@@ -40,6 +40,7 @@ import itertools
 import math
 from typing import List, Optional, Tuple
 
+import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.dlight.gpu.matmul import (auto_inline_consumer_chain, auto_inline_producers,
@@ -63,6 +64,16 @@ _MAX_PREFETCH_VECTOR_THREADS = 128
 #: slower with vector tiles on every 1x1 conv (bench/results/2026-11-30-h200-vector-loads).
 _MIN_VECTOR_STEPS = 16
 
+#: TVM's own opt-in for ``cp.async`` (its meta-schedule GEMMs use it too): the build must set it,
+#: else the software pipeline lowers the async copies to plain loads and stores. ``cp.async``
+#: needs sm_80 or newer.
+ASYNC_COPY_CONFIG = "tirx.use_async_copy"
+_ASYNC_COPY_MIN_SM = 80
+#: Buffers of each shared tile when prefetching with ``cp.async``: step k+1 lands in one while
+#: step k is read from the other (three stages measured no faster on the H200, tile sweep 4).
+_ASYNC_STAGES = 2
+_ASYNC_VECTOR = 4  # floats in one 16-byte cp.async
+
 #: Elements a K-major shared row is padded by: keeps 16-byte alignment and moves the transposed
 #: copy's rows 4 banks apart (a 4-way conflict on the once-per-step store, none on the reads).
 _K_MAJOR_PAD = 4
@@ -79,6 +90,9 @@ class GemmProblem:
     dtype_bytes: int
     rows_contiguous: bool  # consecutive I are consecutive output addresses (NCHW conv)
     fetch_spatial_inner: Tuple[bool, bool]  # A, B: contiguous in memory along I/J rather than K
+    #: A, B: indexed by the I/J iterator itself there (a matrix, not a conv's im2col window), so
+    #: consecutive I/J are consecutive addresses and a copy may move 16 bytes at once
+    fetch_vector_inner: Tuple[bool, bool] = (False, False)
 
     @property
     def flops(self) -> int:
@@ -105,6 +119,7 @@ class GemmTile:  # pylint: disable=too-many-instance-attributes
     score: float  # modelled fraction of the FP32 peak
     unroll_explicit: bool = True  # TVM unrolls the thread tile's loops (else it leaves ``#pragma unroll`` to nvcc)
     vector_width: int = 1  # operands read from shared memory this many floats at a time (K-major tiles)
+    async_stages: int = 0  # >1: shared tiles multi-buffered, filled by cp.async this many steps ahead
 
     @property
     def threads(self) -> int:
@@ -126,8 +141,14 @@ class GemmTile:  # pylint: disable=too-many-instance-attributes
         vector = f", {self.vector_width}-wide shared loads" if self.vector_width > 1 else ""
         return (f"{self.block_rows}x{self.block_cols} outputs a block ({self.thread_rows}x{self.thread_cols} "
                 f"threads x {self.micro_rows}x{self.micro_cols} accumulators{vector}), BK {self.depth_step}, "
-                f"split K {self.split_k}, {'prefetch' if self.prefetch else 'no prefetch'}, "
+                f"split K {self.split_k}, {self._prefetch_words()}, "
                 f"{self.blocks} blocks, model {self.time_s * 1e6:.1f} us")
+
+
+    def _prefetch_words(self) -> str:
+        if self.async_stages > 1:
+            return f"prefetch by cp.async ({self.async_stages} shared buffers)"
+        return "prefetch" if self.prefetch else "no prefetch"
 
 
 class ImplicitGemm(TiledScheduleRule):
@@ -177,6 +198,12 @@ class ImplicitGemm(TiledScheduleRule):
             Shared-memory read widths tried: 1 (a thread's outputs strided by the thread count,
             scalar reads) or 4 (tiles stored K-major, a thread's outputs in runs of 4 read with one
             128-bit load: a quarter of the load instructions per FMA).
+        async_copy : bool
+            Prefetch with ``cp.async`` into double-buffered shared tiles instead of through
+            registers (no staged registers, so 256-thread vector tiles may prefetch too). Set by
+            :meth:`get_config` from the target and the build's PassContext (:func:`async_copy_enabled`).
+            On the H200 it took BERT's GEMMs 10-11% and ResNet-50's 3x3 conv 8-19% below the
+            register-staged prefetch (``bench/results/2026-11-30-h200-tile-sweep/4-cp-async``).
         unroll_explicit : bool
             TVM unrolls the thread tile's loops itself (True) or emits them with ``#pragma unroll``
             for nvcc/LLVM to unroll (False: about a third less compile time, same ptxas registers,
@@ -197,12 +224,13 @@ class ImplicitGemm(TiledScheduleRule):
         max_attempts: int = 6
         unroll_explicit: bool = False
         vector_widths: Tuple[int, ...] = (1, 4)
+        async_copy: bool = False
 
     def get_config(self, target: Target) -> "ImplicitGemm.Config":
         """The search bounds; the same for CUDA and ROCm (every block shape is at most 256
-        threads, the most TVM 0.27's AMDGPU codegen compiles for, see kernel_resources)."""
-        del target
-        return ImplicitGemm.Config()
+        threads, the most TVM 0.27's AMDGPU codegen compiles for, see kernel_resources), with
+        ``cp.async`` where the target and the build allow it."""
+        return ImplicitGemm.Config(async_copy=async_copy_enabled(target))
 
     # ---- the rule: TiledScheduleRule calls these three -----------------------------------------
     @staticmethod
@@ -219,6 +247,21 @@ class ImplicitGemm(TiledScheduleRule):
     def schedule(sch, problem, tile, *blocks):
         """Apply ``tile`` to the matched block."""
         _schedule(sch, problem, tile, *blocks)
+
+
+def supports_async_copy(target: Target) -> bool:
+    """Whether ``target`` has ``cp.async``: CUDA, sm_80 or newer."""
+    if target.kind.name != "cuda":
+        return False
+    digits = "".join(itertools.takewhile(str.isdigit, str(target.attrs.get("arch", "")).lstrip("sm_")))
+    return bool(digits) and int(digits) >= _ASYNC_COPY_MIN_SM
+
+
+def async_copy_enabled(target: Target) -> bool:
+    """Whether GEMM tiles may prefetch with ``cp.async``: ``target`` has it and the build runs under
+    a PassContext with ``tirx.use_async_copy`` (see :func:`tvm_fusion_hw.pass_config`)."""
+    return supports_async_copy(target) and bool(
+        tvm.transform.PassContext.current().config.get(ASYNC_COPY_CONFIG, False))
 
 
 def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBlockRV]]:
@@ -250,6 +293,7 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
     out_ndim = len(stmt.writes[0].source.shape)
     rows_contiguous = _last_axis_goes_to_rows(maps[3], out_ndim)
     spatial_inner = tuple(_last_index_is_spatial(stmt, i) for i in (0, 1))
+    vector_inner = tuple(_last_index_is_spatial(stmt, i, bare=True) for i in (0, 1))
 
     # dlight's normalisation: C[S, I, J] += A[S, I, K] * B[S, J, K]
     reindex_a = sch.reindex(gemm, ("read", 0))
@@ -267,7 +311,7 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
     batch, rows, cols, depth = extents
     if rows == 1 or cols == 1:
         return None  # a GEMV: dlight's GEMV rule (a reduction per output) fits it better
-    problem = GemmProblem(batch, rows, cols, depth, 4, rows_contiguous, spatial_inner)
+    problem = GemmProblem(batch, rows, cols, depth, 4, rows_contiguous, spatial_inner, vector_inner)
     return problem, gemm
 
 
@@ -281,10 +325,13 @@ def _last_axis_goes_to_rows(c_map: tirx.IndexMap, ndim: int) -> bool:
     return uses_last(s_i_j[1]) and not uses_last(s_i_j[2])
 
 
-def _last_index_is_spatial(stmt: s_tir.SBlock, read: int) -> bool:
-    """Whether operand ``read``'s innermost index moves with a spatial iterator (not only K)."""
+def _last_index_is_spatial(stmt: s_tir.SBlock, read: int, bare: bool = False) -> bool:
+    """Whether operand ``read``'s innermost index moves with a spatial iterator (not only K);
+    with ``bare``, whether it is that iterator alone."""
     spatial = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
     last = stmt.reads[read].region[-1].min
+    if bare:
+        return any(last.same_as(s) for s in spatial)
     used = tirx.analysis.undefined_vars(last, [])
     return any(v.same_as(s) for v in used for s in spatial)
 
@@ -308,12 +355,17 @@ def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile
                     for prefetch, width in itertools.product((True, False), config.vector_widths):
                         if micro_rows % width or micro_cols % width:
                             continue
-                        if width > 1 and prefetch and threads > _MAX_PREFETCH_VECTOR_THREADS:
+                        staged_async = prefetch and config.async_copy
+                        if width > 1 and prefetch and not staged_async and threads > _MAX_PREFETCH_VECTOR_THREADS:
                             continue
                         if width > 1 and problem.depth < _MIN_VECTOR_STEPS * depth_step * split_k:
                             continue
                         tile = _model(problem, limits, config, thread_rows, thread_cols, micro_rows,
-                                      micro_cols, depth_step, split_k, prefetch, width)
+                                      micro_cols, depth_step, split_k, prefetch, width, staged_async)
+                        if tile is None and staged_async and (width == 1 or threads <= _MAX_PREFETCH_VECTOR_THREADS):
+                            # double buffers too large for shared memory: prefetch through registers
+                            tile = _model(problem, limits, config, thread_rows, thread_cols, micro_rows,
+                                          micro_cols, depth_step, split_k, prefetch, width, False)
                         if tile is not None:
                             tiles.append(tile)
     tiles.sort(key=lambda t: (t.time_s, -t.block_rows * t.block_cols, t.split_k, not t.prefetch))
@@ -333,6 +385,7 @@ def _splits(problem: GemmProblem, depth_step: int, config) -> List[int]:
 def _model(  # pylint: disable=too-many-arguments,too-many-locals
     problem: GemmProblem, limits: GPULimits, config, thread_rows: int, thread_cols: int,
     micro_rows: int, micro_cols: int, depth_step: int, split_k: int, prefetch: bool, vector_width: int,
+    async_copy: bool = False,
 ) -> Optional[GemmTile]:
     """Modelled time of one tile choice, or None when it does not fit the hardware."""
     threads = thread_rows * thread_cols
@@ -340,10 +393,12 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     # Tiles far larger than the GEMM only compute padding.
     if block_rows > 2 * _ceil_to(problem.rows, 16) or block_cols > 2 * _ceil_to(problem.cols, 16):
         return None
-    shared = _shared_elements(block_rows, block_cols, depth_step, vector_width) * problem.dtype_bytes
+    stages = _ASYNC_STAGES if async_copy else 1
+    shared = stages * _shared_elements(block_rows, block_cols, depth_step, vector_width) * problem.dtype_bytes
     if shared > limits.shared_memory_bytes_per_block:
         return None
-    staged = math.ceil((block_rows + block_cols) * depth_step / threads) if prefetch else 0
+    # register prefetch holds the next step's elements; cp.async writes them to shared directly
+    staged = math.ceil((block_rows + block_cols) * depth_step / threads) if prefetch and not async_copy else 0
     registers = _registers(micro_rows, micro_cols, config) + staged
     if registers > limits.max_registers_per_thread:
         return None
@@ -360,7 +415,8 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     # loads, and each K step a cooperative global->shared copy of (BM+BN)*BK elements and two barriers.
     fma = micro_rows * micro_cols
     per_k = fma + (micro_rows + micro_cols) // vector_width
-    copy_per_step = math.ceil((block_rows + block_cols) * depth_step / threads) * 2 + 4
+    # a load and a store an element; cp.async is one instruction
+    copy_per_step = math.ceil((block_rows + block_cols) * depth_step / threads) * (1 if async_copy else 2) + 4
     steps = padded_depth // split_k // depth_step
     warp_instr_per_block = (threads // limits.warp_size) * steps * (depth_step * per_k + copy_per_step)
 
@@ -385,7 +441,7 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     ideal = problem.flops / (2 * limits.warp_instructions_per_s * limits.warp_size)
     return GemmTile(thread_rows, thread_cols, micro_rows, micro_cols, depth_step, split_k, prefetch,
                     blocks, shared, registers, per_sm, time, ideal / time, config.unroll_explicit,
-                    vector_width)
+                    vector_width, stages if async_copy else 0)
 
 
 def _shared_elements(block_rows: int, block_cols: int, depth_step: int, vector_width: int) -> int:
@@ -455,7 +511,8 @@ def _schedule(  # pylint: disable=too-many-locals
 
     for index, spatial_inner in enumerate(problem.fetch_spatial_inner):
         _cooperative_fetch(sch, gemm, ko, index, spatial_inner, slow_threads, fast_threads,
-                           tile.depth_step, tile.prefetch, width > 1)
+                           tile.depth_step, tile.prefetch, width > 1, tile.async_stages > 1,
+                           problem.fetch_vector_inner[index])
     if width > 1:
         # Registers for one K element: the slow operand's run once per k, the fast one's per run.
         _vector_fragment(sch, gemm, 1 - fast_operand, ki, width)
@@ -465,7 +522,13 @@ def _schedule(  # pylint: disable=too-many-locals
         auto_inline_consumer_chain(sch, local)
     else:
         _schedule_split_sum(sch, final, tile.threads, problem.rows_contiguous)
-    if tile.prefetch:
+    if tile.async_stages > 1:
+        # ko's body: A to shared, B to shared, the compute. The copies run async_stages - 1 steps
+        # ahead into their own buffers (cp.async, no registers staged).
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, tile.async_stages - 1])
+        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
+        sch.annotate(ko, "software_pipeline_async_stages", [0])
+    elif tile.prefetch:
         # ko's body: A to registers, A to shared, B likewise, the compute. Steady state: load step
         # k+1 into registers, compute step k, then (after a barrier) store k+1 to shared.
         sch.annotate(ko, "software_pipeline_stage", [0, 0, 0, 0, 1])
@@ -476,6 +539,7 @@ def _schedule(  # pylint: disable=too-many-locals
 def _cooperative_fetch(  # pylint: disable=too-many-arguments
     sch: s_tir.Schedule, gemm: SBlockRV, ko, index: int, spatial_inner: bool,
     threads_y: int, threads_x: int, depth_step: int, prefetch: bool, k_major: bool,
+    async_copy: bool = False, vector_inner: bool = False,
 ) -> None:
     """Stage operand ``index``'s ``[1, B, BK]`` tile in shared memory, all threads copying.
 
@@ -483,6 +547,8 @@ def _cooperative_fetch(  # pylint: disable=too-many-arguments
     and row-major matrices, output pixels for a conv's input). Scalar tiles pad rows to an odd
     pitch (BK + 1) so copies along pixels and the compute's reads hit distinct banks; vector tiles
     are stored K-major (``[1, BK, B]``, rows of B + 4) so a thread's run of outputs is contiguous.
+    With ``async_copy`` the copy is left global -> shared for ``cp.async`` (the pipeline doubles
+    the buffer); with ``prefetch`` alone it goes through registers.
     """
     fetch = sch.cache_read(gemm, index, "shared")
     sch.compute_at(fetch, ko, preserve_unit_loops=True)
@@ -492,7 +558,16 @@ def _cooperative_fetch(  # pylint: disable=too-many-arguments
         fused = sch.fuse(depth, spatial)
     else:
         fused = sch.fuse(spatial, depth)
-    _, ty, tx = sch.split(fused, [None, threads_y, threads_x])
+    # 16-byte cp.async where both sides run along the same axis (a K-major tile of a matrix operand,
+    # indexed by I or J itself) and every thread copies whole vectors; else 4 bytes an element.
+    extent = const_int(sch.get(fused).extent)
+    whole = extent is not None and extent % (threads_y * threads_x * _ASYNC_VECTOR) == 0
+    vector = _ASYNC_VECTOR if async_copy and k_major and vector_inner and whole else 1
+    if vector > 1:
+        _, ty, tx, lanes = sch.split(fused, [None, threads_y, threads_x, vector])
+        sch.vectorize(lanes)
+    else:
+        _, ty, tx = sch.split(fused, [None, threads_y, threads_x])
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
     if k_major:
@@ -500,7 +575,7 @@ def _cooperative_fetch(  # pylint: disable=too-many-arguments
         sch.storage_align(fetch, 0, axis=1, factor=32, offset=_K_MAJOR_PAD)
     else:
         sch.storage_align(fetch, 0, axis=1, factor=depth_step, offset=1)
-    if prefetch:
+    if prefetch and not async_copy:
         # global -> registers -> shared, so the pipeline can issue the next step's loads early
         sch.annotate(fetch, "tirx.manifest_shared_memory_local_stage", 1)
     auto_inline_producers(sch, fetch)

@@ -11,6 +11,9 @@ CPU only except the last test. Checked:
   GEMMs at batch 32 keep 32 or more accumulators per thread without a split;
 - ResNet-50 and the BERT layer build for sm_90 (GEMM kernels in ``__shared__`` memory, no spills
   under ptxas) and ResNet-50 for gfx942;
+- ``cp.async``: only on sm_80+ under ``hw.pass_config`` (TVM's ``tirx.use_async_copy``); its tiles
+  double-buffer shared memory (within the static limit), stage no registers, compute the same,
+  and build for sm_90 with ``cp.async`` in the source and no spills;
 - on a CUDA GPU (marked ``gpu``): ResNet-50 with and without the rule gives the same outputs.
 """
 
@@ -20,6 +23,7 @@ import re
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import s_tir
 from tvm.script import tirx as T
 
@@ -29,7 +33,8 @@ from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.pipeline import fused_module, get_pipeline
 from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
-from tvm_fusion_hw.schedules.gemm import ImplicitGemm
+from tvm_fusion_hw.schedules import gemm as gemm_rule
+from tvm_fusion_hw.schedules.gemm import ASYNC_COPY_CONFIG, ImplicitGemm, async_copy_enabled
 from tir_checks import (assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs, ptxas_report,
                         run_model)
 
@@ -170,6 +175,65 @@ def test_resnet50_builds_for_gfx942():
     target = hw.target("amd-mi300x")
     mod = import_onnx(build("resnet50", batch=1), keep_params_in_input=True)
     assert tvm.compile(mod, target=target, relax_pipeline=get_pipeline(target)) is not None
+
+
+# ---- (5) cp.async ------------------------------------------------------------------------------
+def test_async_copy_needs_sm80_and_the_build_option():
+    h200, ampere, rocm = hw.target(H200), hw.target("nvidia-rtx-3060"), hw.target("amd-mi300x")
+    turing = tvm.target.Target({"kind": "cuda", "arch": "sm_75"})
+    assert hw.pass_config(h200) == {ASYNC_COPY_CONFIG: True}
+    assert hw.pass_config(rocm) == {} and hw.pass_config(turing) == {}
+    assert not async_copy_enabled(h200)  # the build did not ask for it
+    with tvm.transform.PassContext(config={ASYNC_COPY_CONFIG: True}):
+        assert async_copy_enabled(h200) and async_copy_enabled(ampere)
+        assert not async_copy_enabled(turing) and not async_copy_enabled(rocm)
+
+
+def test_async_tiles_double_buffer_and_compute_the_same(fused):
+    target = hw.target(H200)
+    func = fused[("bert_encoder_layer", 1)]["fused_matmul3_add2_divide1_erf_add3_multiply_multiply1"]
+    with tvm.transform.PassContext(config=hw.pass_config(target)):
+        problem = plan(func, target)[0]
+        ranked = ImplicitGemm.rank(problem, gpu_limits(target), ImplicitGemm().get_config(target))
+    staged = [t for t in ranked if t.async_stages]
+    assert staged and all(t.prefetch and t.shared_bytes <= gpu_limits(target).shared_memory_bytes_per_block
+                          for t in staged)
+    # the same tile prefetching through registers holds the next step there
+    limits, config = gpu_limits(target), ImplicitGemm.Config()
+    for t in staged[:5]:
+        through_registers = gemm_rule._model(problem, limits, config, t.thread_rows, t.thread_cols, t.micro_rows,
+                                             t.micro_cols, t.depth_step, t.split_k, True, t.vector_width)
+        assert through_registers is None or t.registers_estimate < through_registers.registers_estimate
+    with target:
+        sch = ImplicitGemm().schedule_tile(func, target, staged[0])
+    assert "software_pipeline_async_stages" in sch.mod["main"].script()
+    # LLVM has no cp.async: check the double-buffered pipeline with plain copies
+    assert_schedule_preserves_numerics(func, s_tir.Schedule(_without_async_stages(sch.mod["main"])))
+
+
+def _without_async_stages(func):
+    def post(loop):
+        if "software_pipeline_async_stages" not in loop.annotations:
+            return loop
+        annotations = {k: v for k, v in loop.annotations.items() if k != "software_pipeline_async_stages"}
+        return tvm.tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding,
+                            annotations)
+
+    return tvm_ffi.structural_map(func, (tvm.tirx.For, post))
+
+
+@pytest.mark.parametrize("model,batch", [("bert_encoder_layer", 32), ("resnet50", 1)])
+def test_sm90_async_builds_use_cp_async_without_spills(model, batch):
+    target = hw.target(H200)
+    mod = import_onnx(build(model, batch=batch), keep_params_in_input=True)
+    with tvm.transform.PassContext(config=hw.pass_config(target)):
+        source = cuda_source(tvm.compile(mod, target=target, relax_pipeline=get_pipeline(target)))
+    assert "cp.async.cg.shared.global" in source or "cp.async.ca.shared.global" in source
+    if nvcc_path() is None:
+        pytest.skip("nvcc not found: cp.async checked in the source only")
+    for name, (_, spill_st, spill_ld, smem) in ptxas_report(source).items():
+        assert spill_st == 0 and spill_ld == 0, name
+        assert smem <= 48 * 1024, name  # static shared memory
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------

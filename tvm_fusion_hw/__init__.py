@@ -6,7 +6,8 @@ Typical use::
     from tvm.relax.frontend.onnx import from_onnx
     mod = from_onnx(onnx.load("mobilenet_v2.onnx"), keep_params_in_input=True)
     target = hw.target("nvidia-h200")
-    ex = tvm.compile(mod, target=target, relax_pipeline=hw.get_pipeline(target))
+    with tvm.transform.PassContext(config=hw.pass_config(target)):  # cp.async where the GPU has it
+        ex = tvm.compile(mod, target=target, relax_pipeline=hw.get_pipeline(target))
     print(hw.last_report())
 
 or put ``hw.HardwareAwareFuseOps(target)`` where ``relax.transform.FuseOps()`` stood.
@@ -15,7 +16,7 @@ or put ``hw.HardwareAwareFuseOps(target)`` where ``relax.transform.FuseOps()`` s
 from .decisions import Decision, FusionReport
 from .errors import FusionHWError
 from .fuse_pass import HardwareAwareFuseOps, last_report
-from .pipeline import get_pipeline, stock_pipeline
+from .pipeline import get_pipeline, pass_config, stock_pipeline
 from .policy import FusionPolicy, PolicyConfig
 from .profile import HardwareProfile, known_profiles, load_profile, load_profile_file
 from .target import profile_of, target
@@ -35,6 +36,7 @@ __all__ = [
     "last_report",
     "load_profile",
     "load_profile_file",
+    "pass_config",
     "profile_of",
     "stock_pipeline",
     "target",

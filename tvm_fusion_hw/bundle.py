@@ -51,7 +51,7 @@ from .bundle_runtime import REPO, copy_builders, copy_tvm_runtime, fetch_tvm_ffi
 from .errors import FusionHWError
 from .fuse_pass import HardwareAwareFuseOps, last_report
 from .models import build, list_models
-from .pipeline import get_pipeline, stock_pipeline
+from .pipeline import get_pipeline, pass_config, stock_pipeline
 from .profile import load_profile
 from .target import target as hw_target
 from .toolchain import nvcc_path
@@ -252,7 +252,10 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
         stem = f"{name}_b{batch}_{key}"
         start = time.time()
         knobs = pipeline_knobs(spec) if spec else None
-        with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": use_graph}):
+        # the plugin's builds take its PassContext options (cp.async on sm_80+), as a user's would;
+        # stock TVM builds as it comes
+        config = {"relax.backend.use_cuda_graph": use_graph, **(pass_config(tgt) if pipe == "hw" else {})}
+        with tvm.transform.PassContext(config=config):
             ex = tvm.compile(mod, target=tgt, relax_pipeline=_pipeline(pipe, tgt, profile, knobs))
         entry["compile_s"][key] = round(time.time() - start, 3)
         variant = {"name": key, "pipeline": pipe, "cuda_graph": use_graph}

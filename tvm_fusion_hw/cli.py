@@ -57,22 +57,25 @@ def cmd_compile(args: argparse.Namespace) -> int:
     with progress.stage(f"import {args.model} (batch {args.batch})"):
         mod = _load_module(args.model, args.batch)
     start = time.perf_counter()
-    if args.feedback:  # build, measure registers and occupancy, split what measures badly, rebuild
-        from .feedback import compile_with_feedback  # pylint: disable=import-outside-toplevel
+    # the plugin's PassContext options (cp.async on sm_80+), as a user's build sets them
+    with tvm.transform.PassContext(config=pipeline.pass_config(tgt)):
+        if args.feedback:  # build, measure registers and occupancy, split what measures badly, rebuild
+            from .feedback import compile_with_feedback  # pylint: disable=import-outside-toplevel
 
-        result = compile_with_feedback(mod, tgt, progress=progress)
-        ex, report = result.executable, result.report
-    else:
-        fuse = fuse_pass.HardwareAwareFuseOps(tgt)
-        with progress.stage(f"compile for {args.profile} with hardware-aware fusion", instrument_passes=True):
-            ex = tvm.compile(mod, target=tgt, relax_pipeline=pipeline.get_pipeline(tgt, fuse_pass=fuse))
-        report = fuse.report
+            result = compile_with_feedback(mod, tgt, progress=progress)
+            ex, report = result.executable, result.report
+        else:
+            fuse = fuse_pass.HardwareAwareFuseOps(tgt)
+            with progress.stage(f"compile for {args.profile} with hardware-aware fusion", instrument_passes=True):
+                ex = tvm.compile(mod, target=tgt, relax_pipeline=pipeline.get_pipeline(tgt, fuse_pass=fuse))
+            report = fuse.report
     ours = time.perf_counter() - start
     print(report)
     if args.schedules:
         from .schedule_report import explain_schedules  # pylint: disable=import-outside-toplevel
 
-        with progress.stage("explain the schedule of every kernel"):
+        with progress.stage("explain the schedule of every kernel"), \
+                tvm.transform.PassContext(config=pipeline.pass_config(tgt)):
             choices = explain_schedules(mod, tgt, rules=None)
         print("\nschedules (rule, tile, modelled time):")
         print("\n".join(f"  {c}" for c in choices))
