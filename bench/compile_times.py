@@ -4,6 +4,9 @@
 Each model x batch is imported once, then compiled for the profile's CUDA target with the stock
 pipeline and with ``get_pipeline`` alternately, ``--repeat`` times each, one at a time in this
 process (the bundle's compile times overlap with nvcc runs). The minimum of each is reported.
+Every compile is timed cold: the conv+pool tile model's caches (its rankings, which the rule
+reuses after the policy planned with them, and its bank simulations) are cleared before each
+(``clear_caches``), so that no compile reuses an earlier one's work.
 
     python bench/compile_times.py --out bench/results/<dir>/compile_times.md
 """
@@ -17,6 +20,7 @@ import tvm
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.bundle import DEFAULT_MODELS, import_model
+from tvm_fusion_hw.schedules.conv_pool_tiles import clear_caches
 
 
 def measure(model: str, batch: int, target, repeat: int):
@@ -25,6 +29,7 @@ def measure(model: str, batch: int, target, repeat: int):
     times = {"stock": [], "hw": []}
     for _ in range(repeat):
         for name, pipeline in (("stock", hw.stock_pipeline(target)), ("hw", hw.get_pipeline(target))):
+            clear_caches()  # cold: no ranking from an earlier compile
             start = time.perf_counter()
             tvm.compile(mod, target=target, relax_pipeline=pipeline)
             times[name].append(time.perf_counter() - start)

@@ -215,8 +215,9 @@ def pair_plan(producer: tirx.PrimFunc, consumer: tirx.PrimFunc, target: Target):
     (see :func:`supports_pair`) or no tile fits the target.
 
     The figures are those of ``ConvPool().plan`` on the fused PrimFunc (the same problem, ranked
-    on the same limits), judged on the two before fusion. At build time the rule takes the next
-    ranked tile only when TVM compacts a shared buffer to more than planned (edge tiles).
+    on the same limits), judged on the two before fusion. ``rank_tiles`` keeps the ranking, so the
+    rule does not rank the fused PrimFunc again. At build time the rule takes the next ranked tile
+    only when TVM compacts a shared buffer to more than planned (edge tiles).
     """
     from .plans import KernelPlan  # pylint: disable=import-outside-toplevel
 

@@ -8,12 +8,11 @@ Registers follow a fit to ptxas (sm_90). The constants are estimates; see ``rank
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import itertools
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from .common import GPULimits
 
@@ -134,17 +133,19 @@ def tile_registers(problem: ConvPoolProblem, cv: int, rows: int, cols: int, unro
     return cv * rows * cols + win_rows * win_cols + ahead + cv + _REGISTER_BASE
 
 
-def _divisors(value: int, limit: int) -> List[int]:
-    return [d for d in range(1, min(value, limit) + 1) if value % d == 0]
+@functools.lru_cache(maxsize=1024)
+def _divisors(value: int, limit: int) -> Tuple[int, ...]:
+    return tuple(d for d in range(1, min(value, limit) + 1) if value % d == 0)
 
 
-def _splits(value: int, limit: int) -> List[int]:
+@functools.lru_cache(maxsize=1024)
+def _splits(value: int, limit: int) -> Tuple[int, ...]:
     """Threads along an axis of ``value`` items: its divisors, then ceil(value / k) and powers
     of two, which leave a partial edge tile (guarded)."""
     cands = set(_divisors(value, limit))
     cands.update(math.ceil(value / k) for k in range(1, 9))
     cands.update(1 << i for i in range(0, 11) if (1 << i) < value)
-    return sorted(c for c in cands if 1 <= c <= min(value, limit))
+    return tuple(sorted(c for c in cands if 1 <= c <= min(value, limit)))
 
 
 def _load_plan(lines: int, line: int, threads: int) -> Tuple[Tuple[str, int], int]:
@@ -169,6 +170,7 @@ def _pieces(length: int, width: int) -> List[Tuple[int, int]]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def _alignment(*strides: int) -> int:
     """Vector width (words) the compiler can prove for addresses that step by ``strides``."""
     g = 0
@@ -183,22 +185,42 @@ def _load_wavefronts(starts: Sequence[int], pieces: Sequence[Tuple[int, int]], b
     broadcast). So 32 lanes reading 16 distinct bytes each take at least 4, and a 128-bit
     broadcast takes 1."""
     total = 0
-    for offset, width in pieces:
-        for first in range(0, len(starts), banks):
-            words = {
-                s + k for s in starts[first:first + banks] for k in range(offset, offset + width)
-            }
-            total += max(collections.Counter(w % banks for w in words).values())
+    widest = max((width for _, width in pieces), default=0)
+    for first in range(0, len(starts), banks):
+        group = sorted(set(starts[first:first + banks]))  # lanes at one address read alike
+        if widest <= banks and all(b - a >= widest for a, b in zip(group, group[1:])):
+            # No two lanes' pieces overlap, so every word is distinct and a bank holds one of
+            # each lane whose start lies in the ``width`` banks up to it: the fullest such window
+            # of banks (cyclic) sets a piece's wavefronts, whatever its offset.
+            per_bank = [0] * banks
+            for start in group:
+                per_bank[start % banks] += 1
+            cyclic = per_bank + per_bank
+            fullest = {}
+            for _, width in pieces:
+                if width not in fullest:
+                    windows = zip(*(cyclic[k:k + banks] for k in range(width)))
+                    fullest[width] = max(map(sum, windows))
+                total += fullest[width]
+            continue
+        for offset, width in pieces:
+            per_bank = [0] * banks
+            for word in {s + k for s in group for k in range(offset, offset + width)}:
+                per_bank[word % banks] += 1
+            total += max(per_bank)
     return total
 
 
 @functools.lru_cache(maxsize=None)
-def _row_reads(lanes: Tuple[Tuple[int, int], ...], step: Tuple[int, int], win_cols: int,
-               pitch: int) -> Tuple[int, int]:
-    """``(LDS instructions, wavefronts)`` of a warp whose lanes sit at ``lanes`` (thread row,
-    thread column) reading one row of their input windows from rows ``pitch`` words apart."""
-    starts = [i * step[0] * pitch + j * step[1] for i, j in lanes]
-    pieces = _pieces(win_cols, _alignment(pitch, step[1]))
+def _row_reads(  # pylint: disable=too-many-arguments
+    warp: int, pht: int, pwt: int, row_offset: int, col_step: int, win_cols: int, align: int,
+) -> Tuple[int, int]:
+    """``(LDS instructions, wavefronts)`` of a warp of a ``pht x pwt`` thread grid (along W
+    fastest) reading one row of the threads' input windows, ``win_cols`` words from an address
+    aligned to ``align`` words, where threads lie ``row_offset`` words apart along H and
+    ``col_step`` along W."""
+    starts = [((t % (pht * pwt)) // pwt) * row_offset + (t % pwt) * col_step for t in range(warp)]
+    pieces = _pieces(win_cols, align)
     return len(pieces), _load_wavefronts(starts, pieces, BANKS)
 
 
@@ -210,14 +232,29 @@ def _input_reads(  # pylint: disable=too-many-arguments
     wavefronts)`` for the best pitch from ``in_cols`` up (the padding that removes bank conflicts
     while keeping the rows vectorisable). ``step`` is the input offset between neighbouring
     threads along H (rows) and W (columns)."""
-    lanes = tuple(((t % (pht * pwt)) // pwt, t % pwt) for t in range(warp))
-    best = None
+    # A thread row's words lie within ``span`` of its first. Rows further apart than that share
+    # no word, so the banks see only their offset modulo BANKS: all such offsets with one residue
+    # cost the same, and one of them is simulated.
+    span = (min(pwt, warp) - 1) * step[1] + win_cols - 1
+    # Only one warp's lanes matter: a grid wider than a warp, or taller than a warp fills, places
+    # them as the capped grid does.
+    lanes_w = min(pwt, warp)
+    lanes_h = min(pht, -(-warp // lanes_w))
+    best, simulated = None, set()
     align = _alignment(step[1])
-    for pitch in range(in_cols, in_cols + BANKS):
-        if pitch != in_cols and pitch % align:
-            continue  # a pitch that breaks the rows' vector alignment
+    # in_cols, then the wider pitches that keep the rows' vector alignment
+    for pitch in [in_cols] + [p for p in range(in_cols + 1, in_cols + BANKS) if p % align == 0]:
         # Conflicts repeat with the pitch modulo the banks, alignment modulo 4.
-        instructions, wavefronts = _row_reads(lanes, step, win_cols, BANKS + pitch % BANKS)
+        modelled = BANKS + pitch % BANKS
+        row_offset = step[0] * modelled
+        if row_offset > span:
+            row_offset = row_offset % BANKS + BANKS * (span // BANKS + 1)
+        reads = (row_offset, _alignment(modelled, step[1]))
+        if reads in simulated:
+            continue  # reads as a narrower pitch did, which wins the tie
+        simulated.add(reads)
+        instructions, wavefronts = _row_reads(warp, lanes_h, lanes_w, reads[0], step[1], win_cols,
+                                              reads[1])
         cost = (wavefronts, instructions, pitch)
         if best is None or cost < best:
             best = cost
@@ -237,7 +274,61 @@ def _weight_reads(
     return len(pieces), _load_wavefronts(starts, pieces, BANKS)
 
 
-def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
+class _ShapeCosts(NamedTuple):
+    """What a tile shape ``(CV, CT, PHV, PHT, PWV, PWT)`` costs whatever its chunk: worked out
+    once per shape, then priced at each chunk (see :func:`evaluate_tile`)."""
+
+    shape: Tuple[int, int, int, int, int, int]
+    threads: int
+    rows: int  # conv outputs per thread along H
+    cols: int  # and along W
+    register_budget: int
+    in_rows: int  # staged input rows and columns of the block, halo included
+    in_cols: int
+    win_rows: int  # input rows and columns of one thread's window
+    win_cols: int
+    pitch: int  # words between staged rows
+    in_instr: int  # LDS instructions and wavefronts of a warp reading one row of its windows
+    in_wavefronts: int
+    channel_words: int  # shared words per staged input channel (input rows and weights)
+
+
+def _shape_costs(  # pylint: disable=too-many-locals
+    problem: ConvPoolProblem, limits: GPULimits, config: "ConvPool.Config",
+    shape: Tuple[int, int, int, int, int, int],
+) -> Optional[_ShapeCosts]:
+    """The chunk-independent part of :func:`evaluate_tile`, or None when the shape breaks a limit
+    at every chunk."""
+    cv, ct, phv, pht, pwv, pwt = shape
+    (kh, kw), (wh, ww) = problem.kernel, problem.window
+    threads = ct * pht * pwt
+    if threads % limits.warp_size or not config.min_threads <= threads <= config.max_threads:
+        return None
+    if threads > limits.max_threads_per_block:
+        return None
+    rows, cols = wh * phv, ww * pwv  # conv outputs per thread
+    budget = min(config.max_registers, limits.max_registers_per_thread,
+                 limits.registers_per_multiprocessor // threads)
+    # Every chunk may step one channel at a time, and unrolling only adds registers: a shape over
+    # the budget at unroll 1 fits no chunk.
+    if (cv * rows * cols > config.max_accumulators or config.max_unroll < 1
+            or tile_registers(problem, cv, rows, cols, 1) > budget):
+        return None
+    in_rows, in_cols = problem.input_extent(rows * pht, cols * pwt)
+    weight_words = ct * cv * kh * kw
+    # The rows' pitch is at least in_cols: a shape whose one staged channel does not fit the block's
+    # shared memory then fits no chunk, and needs no bank simulation.
+    if problem.dtype_bytes * (in_rows * in_cols + weight_words) > limits.shared_memory_bytes_per_block:
+        return None
+    win_rows, win_cols = problem.input_extent(rows, cols)
+    (sh, sw) = problem.stride
+    pitch, in_instr, in_wavefronts = _input_reads(
+        limits.warp_size, pht, pwt, (rows * sh, cols * sw), win_cols, in_cols)
+    return _ShapeCosts(shape, threads, rows, cols, budget, in_rows, in_cols, win_rows, win_cols,
+                       pitch, in_instr, in_wavefronts, in_rows * pitch + weight_words)
+
+
+def evaluate_tile(
     problem: ConvPoolProblem,
     limits: GPULimits,
     config: "ConvPool.Config",
@@ -255,33 +346,27 @@ def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
     compute hides. Blocks go to the multiprocessors in waves; the busiest one sets the time, which
     DRAM traffic bounds from below; ``score`` is the fraction of FP32 peak.
     """
-    cv, ct, phv, pht, pwv, pwt = shape
+    costs = _shape_costs(problem, limits, config, shape)
+    return None if costs is None else _tile_at(problem, limits, config, costs, chunk)
+
+
+def _tile_at(  # pylint: disable=too-many-locals
+    problem: ConvPoolProblem, limits: GPULimits, config: "ConvPool.Config", costs: _ShapeCosts,
+    chunk: int,
+) -> Optional[ConvPoolTile]:
+    """:func:`evaluate_tile` of a shape whose chunk-independent costs are ``costs``."""
+    cv, ct, phv, pht, pwv, pwt = costs.shape
     (kh, kw), (wh, ww) = problem.kernel, problem.window
-    threads = ct * pht * pwt
-    if threads % limits.warp_size or not config.min_threads <= threads <= config.max_threads:
-        return None
-    if threads > limits.max_threads_per_block:
-        return None
-    rows, cols = wh * phv, ww * pwv  # conv outputs per thread
+    threads, rows, cols, taps = costs.threads, costs.rows, costs.cols, kh * kw
     acc = cv * rows * cols
-    taps = kh * kw
-    budget = min(config.max_registers, limits.max_registers_per_thread,
-                 limits.registers_per_multiprocessor // threads)
-    unrolls = [
+    unrolls = [  # never empty: _shape_costs checked unroll 1
         u for u in _divisors(chunk, config.max_unroll)
         if (u == 1 or u * taps * acc <= config.max_unrolled_fma)
-        and tile_registers(problem, cv, rows, cols, u) <= budget
+        and tile_registers(problem, cv, rows, cols, u) <= costs.register_budget
     ]
-    if acc > config.max_accumulators or not unrolls:
-        return None
     unroll = unrolls[-1]
     regs = tile_registers(problem, cv, rows, cols, unroll)
-    in_rows, in_cols = problem.input_extent(rows * pht, cols * pwt)
-    win_rows, win_cols = problem.input_extent(rows, cols)
-    (sh, sw) = problem.stride
-    pitch, in_instr, in_wavefronts = _input_reads(
-        limits.warp_size, pht, pwt, (rows * sh, cols * sw), win_cols, in_cols)
-    smem = problem.dtype_bytes * chunk * (in_rows * pitch + ct * cv * taps)
+    smem = problem.dtype_bytes * chunk * costs.channel_words
     if smem > limits.shared_memory_bytes_per_block:
         return None
 
@@ -304,7 +389,7 @@ def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
 
     # One staging pass of one block: issue and shared-memory slots of its multiprocessor.
     warps = threads // limits.warp_size
-    input_load, input_instr = _load_plan(chunk * in_rows, in_cols, threads)
+    input_load, input_instr = _load_plan(chunk * costs.in_rows, costs.in_cols, threads)
     weight_load, weight_instr = _load_plan(ct * cv, chunk * taps, threads)
     fma = chunk * taps * acc
     # Per input channel: the window's rows, and each of the thread's channels' taps (vectorised
@@ -312,7 +397,7 @@ def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
     w_instr, w_wavefronts = _weight_reads(
         limits.warp_size, pht * pwt, cv * chunk * taps, unroll * taps,
         _alignment(chunk * taps, unroll * taps))
-    lds_instr = chunk * (win_rows * in_instr + cv * w_instr / unroll)
+    lds_instr = chunk * (costs.win_rows * costs.in_instr + cv * w_instr / unroll)
     issue = fma + lds_instr + input_instr + weight_instr + _PASS_INSTR
     if (
         problem.out_channels % (ct * cv)
@@ -320,7 +405,8 @@ def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
         or problem.pooled[1] % (pwt * pwv)
     ):
         issue *= _PARTIAL_TILE_ISSUE_FACTOR
-    shared = _SLOTS_PER_WAVEFRONT * chunk * (win_rows * in_wavefronts + cv * w_wavefronts / unroll)
+    shared = _SLOTS_PER_WAVEFRONT * chunk * (costs.win_rows * costs.in_wavefronts
+                                             + cv * w_wavefronts / unroll)
     slots_per_s = limits.warp_instructions_per_s / limits.multiprocessor_count
     per_sm = math.ceil(blocks / limits.multiprocessor_count)  # the busiest multiprocessor
     resident_warps = min(resident, per_sm) * warps
@@ -336,6 +422,7 @@ def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
     if per_sm % resident:
         time += round_time(per_sm % resident)
     ph, pw = problem.pooled
+    (sh, sw) = problem.stride
     dram_bytes = problem.dtype_bytes * problem.batch * (
         problem.in_channels * (ph * wh * sh) * (pw * ww * sw) + problem.out_channels * ph * pw
     )
@@ -358,7 +445,7 @@ def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
         accumulators=acc,
         input_load=input_load,
         weight_load=weight_load,
-        row_pitch=pitch,
+        row_pitch=costs.pitch,
         lds_per_fma=lds_instr / fma,
         wavefronts_per_fma=shared / _SLOTS_PER_WAVEFRONT / fma,
         time_s=time,
@@ -375,7 +462,25 @@ def rank_tiles(
     divisors or leave a guarded edge tile (costed). Scores within 0.005 tie (the model is not
     finer than that); ties go to fewer shared loads, then wavefronts, per FMA, then to fewer
     passes (larger chunks), fewer registers and fewer threads.
+
+    The ranking is remembered for the same problem, limits and config values (the fusion policy
+    plans a pair with it, then the rule schedules the fused kernel with it, in one compile);
+    :func:`clear_caches` forgets it.
     """
+    return list(_ranked(problem, limits, type(config), dataclasses.astuple(config)))
+
+
+@functools.lru_cache(maxsize=16)
+def _ranked(problem: ConvPoolProblem, limits: GPULimits, config_type: type,
+            config_fields: tuple) -> Tuple[ConvPoolTile, ...]:
+    """The ranking, kept by value (a ``ConvPool.Config`` is mutable, so its fields are the key)."""
+    return tuple(_rank(problem, limits, config_type(*config_fields)))
+
+
+def _rank(  # pylint: disable=too-many-locals
+    problem: ConvPoolProblem, limits: GPULimits, config: "ConvPool.Config"
+) -> List[ConvPoolTile]:
+    """:func:`rank_tiles`, computed."""
     (ph, pw), c_out = problem.pooled, problem.out_channels
     (wh, ww), warp = problem.window, limits.warp_size
     max_threads = min(config.max_threads, limits.max_threads_per_block)
@@ -386,8 +491,10 @@ def rank_tiles(
                 -tile.registers_estimate, -tile.threads)
 
     # Two passes keep compile time low (every shape at every chunk is ~30k evaluations): each shape
-    # at its largest admissible chunk, then every chunk for the best shapes only.
-    first = []
+    # at its largest admissible chunk, then every chunk for the best shapes only. A shape's
+    # chunk-independent costs are worked out once; shared memory grows with the chunk, so chunks
+    # above the largest that fits are not tried.
+    first, shape_costs = [], {}
     for cv, phv, pwv in itertools.product(
         _divisors(c_out, config.max_channels_per_thread),
         range(1, min(ph, 4) + 1),
@@ -402,16 +509,31 @@ def rank_tiles(
                     if threads % warp or threads < config.min_threads:
                         continue
                     shape = (cv, ct, phv, pht, pwv, pwt)
-                    tile = next((t for t in (evaluate_tile(problem, limits, config, shape, c)
-                                             for c in reversed(chunks)) if t is not None), None)
+                    costs = _shape_costs(problem, limits, config, shape)
+                    if costs is None:
+                        continue
+                    widest = limits.shared_memory_bytes_per_block // (
+                        problem.dtype_bytes * costs.channel_words)
+                    tile = next((t for t in (_tile_at(problem, limits, config, costs, c)
+                                             for c in reversed(chunks) if c <= widest)
+                                 if t is not None), None)
                     if tile is not None:
+                        shape_costs[shape] = costs
                         first.append((key(tile), shape))
     first.sort(reverse=True)
     ranked = []
     for _, shape in first[: config.shortlist]:
         for chunk in chunks:
-            tile = evaluate_tile(problem, limits, config, shape, chunk)
+            tile = _tile_at(problem, limits, config, shape_costs[shape], chunk)
             if tile is not None:
                 ranked.append((key(tile), tile))
     ranked.sort(key=lambda item: item[0], reverse=True)
     return [tile for _, tile in ranked]
+
+
+def clear_caches() -> None:
+    """Forget the remembered rankings and the helpers' results (bank simulations, divisors), so
+    that the next ranking pays its whole cost: ``bench/compile_times.py`` times cold compiles."""
+    for cached in (_ranked, _input_reads, _row_reads, _weight_reads, _alignment, _divisors,
+                   _splits):
+        cached.cache_clear()

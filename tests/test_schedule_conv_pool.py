@@ -12,6 +12,9 @@ CPU only except the last test. Checked:
   into serial loops and both are run with LLVM, for the tiles it picks and for forced tiles that
   exercise the register tile, the chunked channel loop, the padded row pitch and edge tiles;
 - tiles respect each target's limits (H200, A100, MI300X, a CUDA target without a profile);
+- the tile model's shortcuts: its bank-conflict simulation equals a brute-force count of distinct
+  words per bank at every pitch, and ``rank_tiles`` keeps a ranking (each caller gets its own
+  list) until ``clear_caches``, which empties every cache of the module;
 - ``conv_relu_pool`` builds for sm_80, sm_90 and gfx942 through ``get_pipeline`` with the rule in
   front; on sm_90 the fused group is ONE kernel (dlight alone makes two) that stages its operands in
   ``__shared__`` memory, and ptxas (when nvcc is present) reports no spills at batch 1 and 32;
@@ -19,7 +22,10 @@ CPU only except the last test. Checked:
 About 13 s with two workers (20 s in one process), nvcc included.
 """
 
+import collections
 import dataclasses
+import itertools
+import random
 import re
 
 import numpy as np
@@ -36,7 +42,8 @@ from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
 from tvm_fusion_hw.schedules.conv_pool import ConvPool, pair_plan, supports_pair
-from tvm_fusion_hw.schedules.conv_pool_tiles import evaluate_tile, rank_tiles
+from tvm_fusion_hw.schedules import conv_pool_tiles
+from tvm_fusion_hw.schedules.conv_pool_tiles import ConvPoolProblem, evaluate_tile, rank_tiles
 from tvm_fusion_hw.schedules.depthwise_conv import DepthwiseConv
 from tvm_fusion_hw.schedules.plans import KernelPlan
 from tir_checks import assert_schedule_preserves_numerics, cuda_source, prim_funcs
@@ -247,6 +254,73 @@ def test_tiles_respect_target_limits(name):
         assert t.registers_estimate <= min(config.max_registers, limits.max_registers_per_thread)
     sch = rule.apply(func, target, False)
     assert 0 < allocated_shared_bytes(sch.mod["main"]) <= tile.shared_bytes
+
+
+# ---- the tile model's shortcuts and caches --------------------------------------------------------
+def brute_force_wavefronts(starts, pieces):
+    """Wavefronts of a warp's loads: per 32 lanes and piece, the most distinct words in a bank."""
+    total = 0
+    for offset, width in pieces:
+        for first in range(0, len(starts), 32):
+            words = {s + k for s in starts[first:first + 32] for k in range(offset, offset + width)}
+            total += max(collections.Counter(w % 32 for w in words).values())
+    return total
+
+
+def brute_force_input_reads(warp, pht, pwt, step, win_cols, in_cols):
+    """``_input_reads`` simulating every lane at every pitch."""
+    lanes = [((t % (pht * pwt)) // pwt, t % pwt) for t in range(warp)]
+    best = None
+    for pitch in range(in_cols, in_cols + 32):
+        if pitch != in_cols and pitch % conv_pool_tiles._alignment(step[1]):
+            continue
+        modelled = 32 + pitch % 32
+        starts = [i * step[0] * modelled + j * step[1] for i, j in lanes]
+        pieces = conv_pool_tiles._pieces(win_cols, conv_pool_tiles._alignment(modelled, step[1]))
+        cost = (brute_force_wavefronts(starts, pieces), len(pieces), pitch)
+        best = cost if best is None else min(best, cost)
+    return best[2], best[1], best[0]
+
+
+def test_bank_simulation_equals_brute_force():
+    rng = random.Random(0)
+    for _ in range(1500):  # lanes on a grid (as the rule's threads), or anywhere, even overlapping
+        warp = rng.choice([32, 64])
+        if rng.random() < 0.5:
+            pht, pwt, row, col = (rng.randint(1, 40) for _ in range(4))
+            starts = [((t % (pht * pwt)) // pwt) * row * 8 + (t % pwt) * col for t in range(warp)]
+        else:
+            starts = [rng.randint(0, rng.choice([4, 40, 400])) for _ in range(warp)]
+        pieces = conv_pool_tiles._pieces(rng.randint(1, 20), rng.choice([1, 2, 4]))
+        assert conv_pool_tiles._load_wavefronts(starts, pieces, 32) == brute_force_wavefronts(
+            starts, pieces), (starts, pieces)
+    # Thread grids below, at and above a warp; rows close enough to share words (step 1 along H).
+    for warp, pht, pwt, step, kw in itertools.product(
+            [32, 64], [1, 3, 4, 16, 40], [1, 2, 7, 8, 64], [(1, 1), (2, 2), (4, 4), (6, 2), (3, 8)],
+            [1, 3, 7]):
+        win_cols, in_cols = step[1] - 1 + kw, step[1] * pwt - 1 + kw
+        args = (warp, pht, pwt, step, win_cols, in_cols)
+        assert conv_pool_tiles._input_reads(*args) == brute_force_input_reads(*args), args
+
+
+def test_rankings_are_kept_until_the_caches_are_cleared(monkeypatch):
+    target = hw.target(H200)
+    limits, config = gpu_limits(target), ConvPool().get_config(target)
+    problem = ConvPoolProblem(1, 16, 16, (15, 15), (3, 3), (1, 1), (1, 1), (2, 2), "max", 4, 0, 1)
+    computed = []
+    rank = conv_pool_tiles._rank
+    monkeypatch.setattr(conv_pool_tiles, "_rank", lambda *args: computed.append(1) or rank(*args))
+    conv_pool_tiles.clear_caches()
+    first = rank_tiles(problem, limits, config)
+    kept = list(first)
+    first.clear()  # the caller's own list
+    assert rank_tiles(problem, limits, config) == kept and len(computed) == 1
+    assert rank_tiles(problem, limits, dataclasses.replace(config, shortlist=8)) != kept
+    assert len(computed) == 2  # another config: ranked anew
+    conv_pool_tiles.clear_caches()
+    caches = [f for f in vars(conv_pool_tiles).values() if hasattr(f, "cache_info")]
+    assert len(caches) >= 7 and all(f.cache_info().currsize == 0 for f in caches)
+    assert rank_tiles(problem, limits, config) == kept and len(computed) == 3
 
 
 # ---- (3) builds; (4) one kernel, shared memory, no spills ----------------------------------------
