@@ -183,7 +183,7 @@ def write_markdown(results, path: Path) -> None:
 def _tile_change(text: str):
     """``FIELD=VALUE[,FIELD=VALUE...]`` -> ``{field: value}``, for GemmTile's choice fields (ints
     and bools); the fields of one change apply together."""
-    from tvm_fusion_hw.schedules.gemm import GemmTile  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.schedules.gemm_tiles import GemmTile  # pylint: disable=import-outside-toplevel
 
     types = {f.name: str(f.type) for f in dataclasses.fields(GemmTile) if str(f.type) in ("int", "bool")}
     change = {}

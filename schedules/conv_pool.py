@@ -59,7 +59,8 @@ from .common import (
     var_position,
 )
 
-from .conv_pool_tiles import BANKS, ConvPoolProblem, ConvPoolTile, rank_tiles
+from .conv_pool_tiles import ConvPoolProblem, ConvPoolTile, rank_tiles
+from .shared_banks import BANKS
 
 SBlockRV = s_tir.schedule.SBlockRV
 

@@ -1,9 +1,10 @@
 """The tile model of the conv + pool rule (:mod:`.conv_pool`): what a tile costs on a GPU.
 
 A tile is scored by issue slots (FMAs, shared loads, staging) against shared-memory wavefronts of
-the actual lane addresses (bank conflicts simulated), staging latency hidden by other resident
-blocks, and waves of blocks over the multiprocessors, all from the target's hardware profile.
-Registers follow a fit to ptxas (sm_90). The constants are estimates; see ``rank_tiles``.
+the actual lane addresses (bank conflicts simulated, :mod:`.shared_banks`), staging latency hidden
+by other resident blocks, and waves of blocks over the multiprocessors, all from the target's
+hardware profile. Registers follow a fit to ptxas (sm_90). The constants are estimates; see
+``rank_tiles``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import dataclasses
 import functools
 import itertools
 import math
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
+from . import shared_banks
 from .common import GPULimits
+from .shared_banks import input_reads, vector_alignment, weight_reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +102,6 @@ class ConvPoolTile:  # pylint: disable=too-many-instance-attributes
 #: Shared memory serves one 128-byte wavefront per clock while the multiprocessor issues 4 warp
 #: instructions (NVIDIA sm_80/sm_90: 4 schedulers; AMD CDNA: 128 B/clk against 128 FP32 lanes).
 _SLOTS_PER_WAVEFRONT = 4
-BANKS = 32  # 4-byte banks (NVIDIA; AMD CDNA LDS has 32 too)
 #: Issue slots per element of a staging pass: whole rows per pass (offsets computed once per
 #: thread) or one flat index (a div/mod per element); padding predicate, load and store included.
 _LOAD_INSTR = {"rows": 8, "flat": 20}
@@ -157,123 +159,6 @@ def _load_plan(lines: int, line: int, threads: int) -> Tuple[Tuple[str, int], in
     return ("flat", 0), math.ceil(lines * line / threads) * _LOAD_INSTR["flat"]
 
 
-def _pieces(length: int, width: int) -> List[Tuple[int, int]]:
-    """``(offset, width)`` of the vector loads covering ``length`` words from an address aligned
-    to ``width`` words (the compiler vectorises as far as alignment allows)."""
-    out, k = [], 0
-    while k < length:
-        w = width
-        while w > length - k or k % w:
-            w //= 2
-        out.append((k, w))
-        k += w
-    return out
-
-
-@functools.lru_cache(maxsize=4096)
-def _alignment(*strides: int) -> int:
-    """Vector width (words) the compiler can prove for addresses that step by ``strides``."""
-    g = 0
-    for stride in strides:
-        g = math.gcd(g, stride)
-    return next(w for w in (4, 2, 1) if g % w == 0)
-
-
-def _load_wavefronts(starts: Sequence[int], pieces: Sequence[Tuple[int, int]], banks: int) -> int:
-    """Shared-memory wavefronts of one warp reading ``pieces`` from per-lane word ``starts``:
-    per 32 lanes, as many as the most distinct words any bank holds (equal words are one
-    broadcast). So 32 lanes reading 16 distinct bytes each take at least 4, and a 128-bit
-    broadcast takes 1."""
-    total = 0
-    widest = max((width for _, width in pieces), default=0)
-    for first in range(0, len(starts), banks):
-        group = sorted(set(starts[first:first + banks]))  # lanes at one address read alike
-        if widest <= banks and all(b - a >= widest for a, b in zip(group, group[1:])):
-            # No two lanes' pieces overlap, so every word is distinct and a bank holds one of
-            # each lane whose start lies in the ``width`` banks up to it: the fullest such window
-            # of banks (cyclic) sets a piece's wavefronts, whatever its offset.
-            per_bank = [0] * banks
-            for start in group:
-                per_bank[start % banks] += 1
-            cyclic = per_bank + per_bank
-            fullest = {}
-            for _, width in pieces:
-                if width not in fullest:
-                    windows = zip(*(cyclic[k:k + banks] for k in range(width)))
-                    fullest[width] = max(map(sum, windows))
-                total += fullest[width]
-            continue
-        for offset, width in pieces:
-            per_bank = [0] * banks
-            for word in {s + k for s in group for k in range(offset, offset + width)}:
-                per_bank[word % banks] += 1
-            total += max(per_bank)
-    return total
-
-
-@functools.lru_cache(maxsize=None)
-def _row_reads(  # pylint: disable=too-many-arguments
-    warp: int, pht: int, pwt: int, row_offset: int, col_step: int, win_cols: int, align: int,
-) -> Tuple[int, int]:
-    """``(LDS instructions, wavefronts)`` of a warp of a ``pht x pwt`` thread grid (along W
-    fastest) reading one row of the threads' input windows, ``win_cols`` words from an address
-    aligned to ``align`` words, where threads lie ``row_offset`` words apart along H and
-    ``col_step`` along W."""
-    starts = [((t % (pht * pwt)) // pwt) * row_offset + (t % pwt) * col_step for t in range(warp)]
-    pieces = _pieces(win_cols, align)
-    return len(pieces), _load_wavefronts(starts, pieces, BANKS)
-
-
-@functools.lru_cache(maxsize=None)
-def _input_reads(  # pylint: disable=too-many-arguments
-    warp: int, pht: int, pwt: int, step: Tuple[int, int], win_cols: int, in_cols: int,
-) -> Tuple[int, int, int]:
-    """How a warp reads one row of its threads' input windows: ``(row pitch, LDS instructions,
-    wavefronts)`` for the best pitch from ``in_cols`` up (the padding that removes bank conflicts
-    while keeping the rows vectorisable). ``step`` is the input offset between neighbouring
-    threads along H (rows) and W (columns)."""
-    # A thread row's words lie within ``span`` of its first. Rows further apart than that share
-    # no word, so the banks see only their offset modulo BANKS: all such offsets with one residue
-    # cost the same, and one of them is simulated.
-    span = (min(pwt, warp) - 1) * step[1] + win_cols - 1
-    # Only one warp's lanes matter: a grid wider than a warp, or taller than a warp fills, places
-    # them as the capped grid does.
-    lanes_w = min(pwt, warp)
-    lanes_h = min(pht, -(-warp // lanes_w))
-    best, simulated = None, set()
-    align = _alignment(step[1])
-    # in_cols, then the wider pitches that keep the rows' vector alignment
-    for pitch in [in_cols] + [p for p in range(in_cols + 1, in_cols + BANKS) if p % align == 0]:
-        # Conflicts repeat with the pitch modulo the banks, alignment modulo 4.
-        modelled = BANKS + pitch % BANKS
-        row_offset = step[0] * modelled
-        if row_offset > span:
-            row_offset = row_offset % BANKS + BANKS * (span // BANKS + 1)
-        reads = (row_offset, _alignment(modelled, step[1]))
-        if reads in simulated:
-            continue  # reads as a narrower pitch did, which wins the tie
-        simulated.add(reads)
-        instructions, wavefronts = _row_reads(warp, lanes_h, lanes_w, reads[0], step[1], win_cols,
-                                              reads[1])
-        cost = (wavefronts, instructions, pitch)
-        if best is None or cost < best:
-            best = cost
-    wavefronts, instructions, pitch = best  # type: ignore[misc]
-    return pitch, instructions, wavefronts
-
-
-@functools.lru_cache(maxsize=4096)
-def _weight_reads(
-    warp: int, group_lanes: int, group_stride: int, run: int, align: int
-) -> Tuple[int, int]:
-    """``(LDS instructions, wavefronts)`` of a warp reading one channel's ``run`` contiguous weights
-    per thread, where lanes of one channel group share the address and groups lie
-    ``group_stride`` words apart."""
-    starts = [(t // group_lanes) * group_stride for t in range(warp)]
-    pieces = _pieces(run, align)
-    return len(pieces), _load_wavefronts(starts, pieces, BANKS)
-
-
 class _ShapeCosts(NamedTuple):
     """What a tile shape ``(CV, CT, PHV, PHT, PWV, PWT)`` costs whatever its chunk: worked out
     once per shape, then priced at each chunk (see :func:`evaluate_tile`)."""
@@ -322,7 +207,7 @@ def _shape_costs(  # pylint: disable=too-many-locals
         return None
     win_rows, win_cols = problem.input_extent(rows, cols)
     (sh, sw) = problem.stride
-    pitch, in_instr, in_wavefronts = _input_reads(
+    pitch, in_instr, in_wavefronts = input_reads(
         limits.warp_size, pht, pwt, (rows * sh, cols * sw), win_cols, in_cols)
     return _ShapeCosts(shape, threads, rows, cols, budget, in_rows, in_cols, win_rows, win_cols,
                        pitch, in_instr, in_wavefronts, in_rows * pitch + weight_words)
@@ -394,9 +279,9 @@ def _tile_at(  # pylint: disable=too-many-locals
     fma = chunk * taps * acc
     # Per input channel: the window's rows, and each of the thread's channels' taps (vectorised
     # over the unrolled channels' taps, as far as alignment allows).
-    w_instr, w_wavefronts = _weight_reads(
+    w_instr, w_wavefronts = weight_reads(
         limits.warp_size, pht * pwt, cv * chunk * taps, unroll * taps,
-        _alignment(chunk * taps, unroll * taps))
+        vector_alignment(chunk * taps, unroll * taps))
     lds_instr = chunk * (costs.win_rows * costs.in_instr + cv * w_instr / unroll)
     issue = fma + lds_instr + input_instr + weight_instr + _PASS_INSTR
     if (
@@ -532,8 +417,9 @@ def _rank(  # pylint: disable=too-many-locals
 
 
 def clear_caches() -> None:
-    """Forget the remembered rankings and the helpers' results (bank simulations, divisors), so
-    that the next ranking pays its whole cost: ``bench/compile_times.py`` times cold compiles."""
-    for cached in (_ranked, _input_reads, _row_reads, _weight_reads, _alignment, _divisors,
-                   _splits):
+    """Forget the remembered rankings and the helpers' results (divisors, and the bank simulations
+    of :mod:`.shared_banks`), so that the next ranking pays its whole cost:
+    ``bench/compile_times.py`` times cold compiles."""
+    for cached in (_ranked, _divisors, _splits):
         cached.cache_clear()
+    shared_banks.clear_caches()

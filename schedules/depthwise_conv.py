@@ -103,7 +103,7 @@ class DepthwiseConv(TiledScheduleRule):
     @staticmethod
     def match(sch, config):
         """``(problem, *blocks)`` of the pattern in ``sch`` (surroundings inlined), or None."""
-        return _match_and_inline(sch, config)
+        return match_depthwise_group(sch, config)
 
     @staticmethod
     def rank(problem, limits, config):
@@ -116,12 +116,13 @@ class DepthwiseConv(TiledScheduleRule):
         _schedule(sch, problem, tile, *blocks)
 
 
-def _match_and_inline(  # pylint: disable=too-many-branches
+def match_depthwise_group(  # pylint: disable=too-many-branches
     sch: s_tir.Schedule, config: "DepthwiseConv.Config"
 ) -> Optional[Tuple[DepthwiseProblem, SBlockRV, Optional[SBlockRV], Optional[SBlockRV]]]:
     """Find the convolution, its padding producer and its epilogue; inline all other blocks.
 
-    Returns ``(problem, conv, pad, epilogue)`` (``pad``/``epilogue`` may be None) or None.
+    Returns ``(problem, conv, pad, epilogue)`` (``pad``/``epilogue`` may be None) or None. The
+    depthwise + pointwise rule (:mod:`.dw_pw`) asks it of a pair's producer PrimFunc too.
     """
     try:
         root = get_root_block(sch)
@@ -132,7 +133,7 @@ def _match_and_inline(  # pylint: disable=too-many-branches
     if len(reductions) != 1:
         return None
     conv = reductions[0]
-    problem = _match_depthwise(sch, conv, config)
+    problem = match_depthwise(sch, conv, config)
     if problem is None:
         return None
     conv_stmt = sch.get(conv)
@@ -157,13 +158,15 @@ def _match_and_inline(  # pylint: disable=too-many-branches
     return problem, conv, pad, epilogue
 
 
-def _match_depthwise(  # pylint: disable=too-many-locals,too-many-return-statements,too-many-branches
+def match_depthwise(  # pylint: disable=too-many-locals,too-many-return-statements,too-many-branches
     sch: s_tir.Schedule, conv: SBlockRV, config: "DepthwiseConv.Config"
 ) -> Optional[DepthwiseProblem]:
     """Match ``out[n,c,h,w] += data[n, c(+rc), h*sh+kh*dh, w*sw+kw*dw] * weight[c, rc|0, kh, kw]``.
 
     Iterators are compared by position in the block; ``rc`` (and any other reduction iterator
     beyond ``kh`` and ``kw``) must have extent 1, which is the group-conv form of a depthwise conv.
+    ``config`` needs only ``max_stride`` and ``max_kernel``: the depthwise + pointwise rule
+    (:mod:`.dw_pw`) matches its depthwise half here with its own config.
     """
     block = sch.get(conv)
     if not trivially_bound(sch, conv):

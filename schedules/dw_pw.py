@@ -54,8 +54,7 @@ from .common import (TiledScheduleRule, const_int, gpu_limits, inline_all_but, i
                      is_reduction, linear_coefficients, mac_operands, only_coefficients,
                      padding_producer, tensor_loads, trivially_bound, var_position,
                      with_min_blocks_per_multiprocessor)
-from .depthwise_conv import _match_and_inline as _match_depthwise_group
-from .depthwise_conv import _match_depthwise
+from .depthwise_conv import match_depthwise, match_depthwise_group
 from .dw_pw_tiles import DwPwProblem, DwPwTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV
@@ -248,7 +247,7 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
     if len(reductions) != 2:
         return None
     dw, pw = reductions
-    dw_problem = _match_depthwise(sch, dw, config)
+    dw_problem = match_depthwise(sch, dw, config)
     pw_shape = _match_pointwise(sch, pw)
     if dw_problem is None or pw_shape is None:
         return None
@@ -359,7 +358,7 @@ def _pair_problem(  # pylint: disable=too-many-return-statements,too-many-locals
         return None
     try:
         sch = s_tir.Schedule(producer)
-        matched = _match_depthwise_group(sch, config)
+        matched = match_depthwise_group(sch, config)
         if matched is None:
             return None
         dw_problem, dw, _, epilogue = matched

@@ -12,9 +12,10 @@ CPU only except the last test. Checked:
   into serial loops and both are run with LLVM, for the tiles it picks and for forced tiles that
   exercise the register tile, the chunked channel loop, the padded row pitch and edge tiles;
 - tiles respect each target's limits (H200, A100, MI300X, a CUDA target without a profile);
-- the tile model's shortcuts: its bank-conflict simulation equals a brute-force count of distinct
-  words per bank at every pitch, and ``rank_tiles`` keeps a ranking (each caller gets its own
-  list) until ``clear_caches``, which empties every cache of the module;
+- the tile model's shortcuts: its bank-conflict simulation (``shared_banks``) equals a brute-force
+  count of distinct words per bank at every pitch, and ``rank_tiles`` keeps a ranking (each caller
+  gets its own list) until ``conv_pool_tiles.clear_caches``, which empties every cache of the tile
+  model and of ``shared_banks``;
 - ``conv_relu_pool`` builds for sm_80, sm_90 and gfx942 through ``get_pipeline`` with the rule in
   front; on sm_90 the fused group is ONE kernel (dlight alone makes two) that stages its operands in
   ``__shared__`` memory, and ptxas (when nvcc is present) reports no spills at batch 1 and 32;
@@ -42,7 +43,7 @@ from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
 from tvm_fusion_hw.schedules.conv_pool import ConvPool, pair_plan, supports_pair
-from tvm_fusion_hw.schedules import conv_pool_tiles
+from tvm_fusion_hw.schedules import conv_pool_tiles, shared_banks
 from tvm_fusion_hw.schedules.conv_pool_tiles import ConvPoolProblem, evaluate_tile, rank_tiles
 from tvm_fusion_hw.schedules.depthwise_conv import DepthwiseConv
 from tvm_fusion_hw.schedules.plans import KernelPlan
@@ -268,15 +269,15 @@ def brute_force_wavefronts(starts, pieces):
 
 
 def brute_force_input_reads(warp, pht, pwt, step, win_cols, in_cols):
-    """``_input_reads`` simulating every lane at every pitch."""
+    """``shared_banks.input_reads`` simulating every lane at every pitch."""
     lanes = [((t % (pht * pwt)) // pwt, t % pwt) for t in range(warp)]
     best = None
     for pitch in range(in_cols, in_cols + 32):
-        if pitch != in_cols and pitch % conv_pool_tiles._alignment(step[1]):
+        if pitch != in_cols and pitch % shared_banks.vector_alignment(step[1]):
             continue
         modelled = 32 + pitch % 32
         starts = [i * step[0] * modelled + j * step[1] for i, j in lanes]
-        pieces = conv_pool_tiles._pieces(win_cols, conv_pool_tiles._alignment(modelled, step[1]))
+        pieces = shared_banks._pieces(win_cols, shared_banks.vector_alignment(modelled, step[1]))
         cost = (brute_force_wavefronts(starts, pieces), len(pieces), pitch)
         best = cost if best is None else min(best, cost)
     return best[2], best[1], best[0]
@@ -291,8 +292,8 @@ def test_bank_simulation_equals_brute_force():
             starts = [((t % (pht * pwt)) // pwt) * row * 8 + (t % pwt) * col for t in range(warp)]
         else:
             starts = [rng.randint(0, rng.choice([4, 40, 400])) for _ in range(warp)]
-        pieces = conv_pool_tiles._pieces(rng.randint(1, 20), rng.choice([1, 2, 4]))
-        assert conv_pool_tiles._load_wavefronts(starts, pieces, 32) == brute_force_wavefronts(
+        pieces = shared_banks._pieces(rng.randint(1, 20), rng.choice([1, 2, 4]))
+        assert shared_banks._load_wavefronts(starts, pieces, 32) == brute_force_wavefronts(
             starts, pieces), (starts, pieces)
     # Thread grids below, at and above a warp; rows close enough to share words (step 1 along H).
     for warp, pht, pwt, step, kw in itertools.product(
@@ -300,7 +301,7 @@ def test_bank_simulation_equals_brute_force():
             [1, 3, 7]):
         win_cols, in_cols = step[1] - 1 + kw, step[1] * pwt - 1 + kw
         args = (warp, pht, pwt, step, win_cols, in_cols)
-        assert conv_pool_tiles._input_reads(*args) == brute_force_input_reads(*args), args
+        assert shared_banks.input_reads(*args) == brute_force_input_reads(*args), args
 
 
 def test_rankings_are_kept_until_the_caches_are_cleared(monkeypatch):
@@ -318,8 +319,11 @@ def test_rankings_are_kept_until_the_caches_are_cleared(monkeypatch):
     assert rank_tiles(problem, limits, dataclasses.replace(config, shortlist=8)) != kept
     assert len(computed) == 2  # another config: ranked anew
     conv_pool_tiles.clear_caches()
-    caches = [f for f in vars(conv_pool_tiles).values() if hasattr(f, "cache_info")]
-    assert len(caches) >= 7 and all(f.cache_info().currsize == 0 for f in caches)
+    # every cache of the tile model and of its bank simulation (conv_pool_tiles imports some of the
+    # latter's by name: counted once)
+    caches = {id(f): f for module in (conv_pool_tiles, shared_banks) for f in vars(module).values()
+              if hasattr(f, "cache_info")}
+    assert len(caches) >= 7 and all(f.cache_info().currsize == 0 for f in caches.values())
     assert rank_tiles(problem, limits, config) == kept and len(computed) == 3
 
 

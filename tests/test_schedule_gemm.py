@@ -1,4 +1,5 @@
-"""Tests for schedules/gemm.py: the ImplicitGemm schedule rule (matmul and conv as GEMM).
+"""Tests for schedules/gemm.py: the ImplicitGemm schedule rule (matmul and conv as GEMM), and its
+tile model schedules/gemm_tiles.py.
 
 CPU only except the last test. Checked:
 - the rule takes every float32 conv (regular, pointwise, strided) and matmul kernel of ResNet-50
@@ -33,7 +34,7 @@ from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.pipeline import fused_module, get_pipeline
 from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
-from tvm_fusion_hw.schedules import gemm as gemm_rule
+from tvm_fusion_hw.schedules import gemm_tiles
 from tvm_fusion_hw.schedules.gemm import ASYNC_COPY_CONFIG, ImplicitGemm, async_copy_enabled
 from tir_checks import (assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs, ptxas_report,
                         run_model)
@@ -201,8 +202,8 @@ def test_async_tiles_double_buffer_and_compute_the_same(fused):
     # the same tile prefetching through registers holds the next step there
     limits, config = gpu_limits(target), ImplicitGemm.Config()
     for t in staged[:5]:
-        through_registers = gemm_rule._model(problem, limits, config, t.thread_rows, t.thread_cols, t.micro_rows,
-                                             t.micro_cols, t.depth_step, t.split_k, True, t.vector_width)
+        through_registers = gemm_tiles._model(problem, limits, config, t.thread_rows, t.thread_cols, t.micro_rows,
+                                              t.micro_cols, t.depth_step, t.split_k, True, t.vector_width)
         assert through_registers is None or t.registers_estimate < through_registers.registers_estimate
     with target:
         sch = ImplicitGemm().schedule_tile(func, target, staged[0])
