@@ -14,8 +14,9 @@ from ../shared/fusion-rules.md:
    and registers per thread, and it keeps at least (1 - :attr:`PolicyConfig.max_occupancy_drop`) of
    the unfused kernels' occupancy. The figures are the template's own plan where it gives one
    (``schedules/plans.py``: threads, registers and shared memory per block, against the unfused
-   parts as their templates plan them), else this module's tile model (the intermediate tile in
-   shared memory). A pair that does not fit is staged: two kernels, one global round trip.
+   parts as their templates plan them), else the policy's tile model (the intermediate tile in
+   shared memory). A pair that does not fit is staged: two kernels, one global round trip. This
+   rule lives in :mod:`.pair_policy`; :meth:`FusionPolicy.complex_pair` hands pairs to it.
 4. Feedback: a group that measured badly when built (it spilled, or lost more than
    ``max_occupancy_drop`` of its parts' occupancy; see :mod:`.feedback`) is listed in
    :attr:`PolicyConfig.split_groups`, and no group may then hold more than half of its ops.
@@ -29,19 +30,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .analysis import (
-    CONTRACTIONS,
-    DEPTHWISE_CONV,
-    ELEMENTWISE,
-    POINTWISE_CONV,
-    PROJECTION,
-    WINDOW_REDUCE,
-    FuncInfo,
-    GroupCost,
-)
+from .analysis import CONTRACTIONS, ELEMENTWISE, PROJECTION, WINDOW_REDUCE, FuncInfo, GroupCost
 from .decisions import Decision
 from .errors import FusionHWError
-from .occupancy import Occupancy, occupancy, register_budget
+from .occupancy import register_budget
+from .pair_policy import ComplexPairRule
 from .profile import HardwareProfile
 
 
@@ -138,7 +131,7 @@ class FusionPolicy:
         self.profile = profile
         self.config = config or PolicyConfig()
         self.register_budget = register_budget(profile, self.config.target_occupancy)
-        self._gpu_target = None
+        self.pairs = ComplexPairRule(self)  # rule 3, in pair_policy.py
         self.depth_cap = min(
             self.config.max_depth,
             max(1, (self.register_budget - self.config.base_registers) // self.config.registers_per_fused_op),
@@ -228,139 +221,9 @@ class FusionPolicy:
                                     "epilogue applied in registers")
 
     def complex_pair(self, producer: GroupView, consumer: GroupView, merged: GroupView) -> Decision:
-        """Two complex ops in one kernel, run by a schedule template that takes the pair.
-
-        A template that plans (``PAIR_TEMPLATES``, see ``schedules/plans.py``) gives the fused
-        kernel's threads, registers and shared memory per block: the fit and occupancy checks use
-        those. A template that only checks (or a pair with no template yet) is judged on the
-        policy's own tile model, the intermediate tile in shared memory. Either way a pair that
-        does not fit stays two groups: staged, one global round trip between them.
-        """
-        cfg = self.config
-        first, second = producer.anchor(), consumer.anchor()
-        figures = self._figures(merged)
-        pair = f"{first.kind if first else '?'} -> {second.kind if second else '?'}"
-        if not cfg.fuse_complex_pairs:
-            return Decision("complex-pair", producer.label, consumer.label, False,
-                            f"{pair}: complex pairs disabled (fuse_complex_pairs=False)", figures)
-        pair_key = None if first is None or second is None else \
-            f"{first.kind}->{'window' if second.kind == WINDOW_REDUCE else second.kind}"
-        takes, plan, planner = True, None, False
-        if pair_key is not None and pair_key in self.pair_templates():
-            takes, plan, planner = self._ask_template(pair_key, first, second)
-        if plan is not None:
-            return self._planned_pair(pair, plan, producer, consumer, merged, figures)
-        if planner:  # a template that plans found no way to run this pair
-            return Decision("complex-pair", producer.label, consumer.label, False,
-                            f"{pair}: the {pair_key} template cannot run this pair (its window overlaps, "
-                            f"is padded, or the conv is outside its limits): two kernels", figures)
-        return self._modelled_pair(pair, pair_key, takes, producer, consumer, merged, figures)
-
-    def _planned_pair(self, pair: str, plan, producer: GroupView, consumer: GroupView, merged: GroupView,
-                      figures: Dict[str, object]) -> Decision:
-        """The fit and occupancy checks on the template's own plan of the fused kernel.
-
-        The unfused side is what would run instead: each part as the package's template for it
-        plans it (the conv as ImplicitGemm does), else the policy's estimate (the pool, dlight's).
-        """
-        cfg, p = self.config, self.profile
-        fused = occupancy(p, plan.threads_per_block, plan.registers_per_thread, plan.shared_bytes)
-        parts = [self._part_occupancy(producer), self._part_occupancy(consumer)]
-        baseline, source = min(parts, key=lambda part: part[0].warps_per_multiprocessor)
-        # From whole warps, so that a drop of exactly the limit is not lost to rounding.
-        drop = round(1 - fused.warps_per_multiprocessor / max(baseline.warps_per_multiprocessor, 1), 6)
-        round_trip = self._round_trip_bytes(producer, consumer, merged)
-        figures.update({
-            "figures_from": f"{plan.template} template's plan",
-            "plan_threads_per_block": plan.threads_per_block,
-            "plan_registers_per_thread": plan.registers_per_thread,
-            "plan_shared_bytes": plan.shared_bytes,
-            "plan_blocks": plan.blocks,
-            "fused_shared_bytes": plan.shared_bytes,
-            "shared_bytes_per_block_limit": p.shared_memory_bytes_per_block,
-            "registers_per_thread_limit": p.max_registers_per_thread,
-            "fused_occupancy": round(fused.occupancy, 3),
-            "unfused_occupancy": round(baseline.occupancy, 3),
-            "unfused_occupancy_from": source,
-            "occupancy_drop": round(drop, 3),
-            "round_trip_bytes": round_trip,
-        })
-        planned = f"the {plan.template} template's plan ({plan.describe()})"
-        staged = (f": two kernels, one global round trip of the intermediate "
-                  f"({round_trip / 1e6:.2f} MB written and read back)")
-        if plan.shared_bytes > p.shared_memory_bytes_per_block:
-            return Decision("complex-pair", producer.label, consumer.label, False,
-                            f"{pair}: staged: {planned} needs {plan.shared_bytes / 1024:.1f} KiB, more than "
-                            f"{p.shared_memory_bytes_per_block / 1024:.0f} KiB shared memory per block{staged}",
-                            figures, staged=True)
-        if plan.registers_per_thread > p.max_registers_per_thread:
-            return Decision("complex-pair", producer.label, consumer.label, False,
-                            f"{pair}: staged: {planned} needs more than {p.max_registers_per_thread} "
-                            f"regs/thread{staged}", figures, staged=True)
-        if drop > cfg.max_occupancy_drop:
-            return Decision("complex-pair", producer.label, consumer.label, False,
-                            f"{pair}: staged: {planned}: occupancy {_warps(baseline, source)} -> "
-                            f"{_warps(fused, 'fused')} drops {drop:.0%} > {cfg.max_occupancy_drop:.0%}{staged}",
-                            figures, staged=True)
-        return Decision("complex-pair", producer.label, consumer.label, True,
-                        f"{pair}: one kernel, {planned} fits {p.shared_memory_bytes_per_block / 1024:.0f} KiB "
-                        f"shared/block; occupancy {_warps(baseline, source)} -> {_warps(fused, 'fused')} "
-                        f"(limit {cfg.max_occupancy_drop:.0%} drop); saves {merged.cost.saved_bytes / 1e6:.2f} MB",
-                        figures)
-
-    def _modelled_pair(self, pair: str, pair_key: Optional[str], takes: bool, producer: GroupView,
-                       consumer: GroupView, merged: GroupView, figures: Dict[str, object]) -> Decision:
-        """The policy's own tile model: for a pair whose template gives no plan."""
-        cfg, p = self.config, self.profile
-        first, second = producer.anchor(), consumer.anchor()
-        tile_bytes = self._intermediate_tile_bytes(first, second)
-        if tile_bytes is None:
-            return Decision("complex-pair", producer.label, consumer.label, False,
-                            f"{pair}: no tile model keeps this intermediate on chip", figures)
-        fused_smem = tile_bytes + self._stage_bytes(producer.infos + consumer.infos)
-        fused_regs = self.estimate_registers(merged.infos)
-        fused = occupancy(p, cfg.block_threads, fused_regs, fused_smem)
-        apart = [self._occupancy_of(producer), self._occupancy_of(consumer)]
-        baseline = min(apart, key=lambda o: o.occupancy)
-        # From whole warps, so that a drop of exactly the limit is not lost to rounding.
-        kept = fused.warps_per_multiprocessor / max(baseline.warps_per_multiprocessor, 1)
-        drop = round(1 - kept, 6)
-        round_trip = self._round_trip_bytes(producer, consumer, merged)
-        figures.update({
-            "figures_from": "policy tile model",
-            "intermediate_tile_bytes": tile_bytes,
-            "fused_shared_bytes": fused_smem,
-            "shared_bytes_per_block_limit": p.shared_memory_bytes_per_block,
-            "fused_occupancy": round(fused.occupancy, 3),
-            "unfused_occupancy": round(baseline.occupancy, 3),
-            "occupancy_drop": round(drop, 3),
-            "round_trip_bytes": round_trip,
-        })
-        staged = (f" (policy tile model): two kernels, one global round trip of the intermediate "
-                  f"({round_trip / 1e6:.2f} MB written and read back)")
-        if fused_smem > p.shared_memory_bytes_per_block:
-            return Decision("complex-pair", producer.label, consumer.label, False,
-                            f"{pair}: staged: tile {fused_smem / 1024:.1f} KiB exceeds "
-                            f"{p.shared_memory_bytes_per_block / 1024:.0f} KiB shared memory per block{staged}",
-                            figures, staged=True)
-        if drop > cfg.max_occupancy_drop:
-            return Decision("complex-pair", producer.label, consumer.label, False,
-                            f"{pair}: staged: occupancy {baseline} -> {fused} drops {drop:.0%} "
-                            f"> {cfg.max_occupancy_drop:.0%}{staged}", figures, staged=True)
-        if pair_key not in self.pair_templates():
-            return Decision("complex-pair", producer.label, consumer.label, False,
-                            f"{pair}: the {tile_bytes / 1024:.1f} KiB tile would fit and keep occupancy, "
-                            f"but no schedule template runs {pair_key} as one kernel yet "
-                            f"(dlight would stage it through global memory)", figures)
-        if not takes:
-            return Decision("complex-pair", producer.label, consumer.label, False,
-                            f"{pair}: the {pair_key} template does not take this pair (its window "
-                            f"overlaps, is padded, or the conv is outside its limits)", figures)
-        return Decision("complex-pair", producer.label, consumer.label, True,
-                        f"{pair}: {tile_bytes / 1024:.1f} KiB tile in shared memory saves "
-                        f"{merged.cost.saved_bytes / 1e6:.2f} MB; occupancy {baseline.occupancy:.0%} -> "
-                        f"{fused.occupancy:.0%} (limit {cfg.max_occupancy_drop:.0%} drop; policy tile model)",
-                        figures)
+        """Two complex ops in one kernel, run by a schedule template that takes the pair (rule 3:
+        :class:`~.pair_policy.ComplexPairRule` decides)."""
+        return self.pairs.decide(producer, consumer, merged, self._figures(merged))
 
     def feedback_split(self, producer: GroupView, consumer: GroupView, merged: GroupView,
                        op_names: Sequence[str]) -> Optional[Decision]:
@@ -380,83 +243,11 @@ class FusionPolicy:
                                 f"in one kernel, the rest staged through global memory", figures)
         return None
 
-    # ---- complex-pair helpers --------------------------------------------------------------
+    # ---- what the complex-pair rule asks the templates (ComplexPairRule answers) ------------
     def pair_templates(self) -> Tuple[str, ...]:
         """Complex pairs a schedule template runs as one kernel (the knob, or the package's)."""
-        if self.config.pair_templates is not None:
-            return tuple(self.config.pair_templates)
-        from tvm_fusion_hw.schedules import FUSED_PAIR_TEMPLATES  # pylint: disable=import-outside-toplevel
-
-        return tuple(FUSED_PAIR_TEMPLATES)
+        return self.pairs.pair_templates()
 
     def gpu_target(self):
         """The profile's GPU target, as the schedule templates see it when they plan."""
-        if self._gpu_target is None:
-            from .target import target as make_target  # pylint: disable=import-outside-toplevel
-
-            self._gpu_target = make_target(self.profile)
-        return self._gpu_target
-
-    def _ask_template(self, pair_key: str, first: FuncInfo, second: FuncInfo):
-        """``(takes, plan, planner)`` from the pair's ``PAIR_TEMPLATES`` entry on the two unfused
-        PrimFuncs (see ``schedules/plans.py``); ``(True, None, False)`` when it has no entry."""
-        from tvm_fusion_hw.schedules import PAIR_TEMPLATES  # pylint: disable=import-outside-toplevel
-        from tvm_fusion_hw.schedules.plans import ask_pair_template  # pylint: disable=import-outside-toplevel
-
-        entry = PAIR_TEMPLATES.get(pair_key)
-        if entry is None:
-            return True, None, False
-        if first.func is None or second.func is None:
-            return False, None, False
-        return ask_pair_template(entry, first.func, second.func, self.gpu_target())
-
-    def _part_occupancy(self, group: GroupView) -> Tuple[Occupancy, str]:
-        """A pair's part left as its own kernel: the plan of the package's template that would
-        schedule its anchor alone, else the policy's estimate; and which of the two it is."""
-        from tvm_fusion_hw.schedules.plans import kernel_plan  # pylint: disable=import-outside-toplevel
-
-        anchor = group.anchor()
-        plan = kernel_plan(anchor.func, self.gpu_target()) if anchor is not None else None
-        if plan is None:
-            return self._occupancy_of(group), "unfused, policy estimate"
-        return (occupancy(self.profile, plan.threads_per_block, plan.registers_per_thread, plan.shared_bytes),
-                f"unfused, {plan.template} plan")
-
-    @staticmethod
-    def _round_trip_bytes(producer: GroupView, consumer: GroupView, merged: GroupView) -> int:
-        """Bytes of the intermediate written to and read back from global memory when staged."""
-        return merged.cost.saved_bytes - producer.cost.saved_bytes - consumer.cost.saved_bytes
-
-    def _tile_pixels(self) -> int:
-        return self.config.tile_warps * self.profile.warp_size
-
-    def _intermediate_tile_bytes(self, first: Optional[FuncInfo], second: Optional[FuncInfo]) -> Optional[int]:
-        """Bytes of the producer's output one block of the fused template keeps on chip."""
-        if first is None or second is None or first.kind not in CONTRACTIONS:
-            return None
-        if second.kind == WINDOW_REDUCE:
-            # Every pooled pixel reads its window of conv outputs, for a tile of channels.
-            window = 1
-            for extent in second.reduction_extents:
-                window *= extent
-            return self._tile_pixels() * window * self.config.pool_channel_tile * first.element_bytes
-        if first.kind == DEPTHWISE_CONV and second.kind == POINTWISE_CONV:
-            # The pointwise conv reads every channel of each pixel: all channels stay on chip.
-            channels = 1
-            for extent in second.reduction_extents:
-                channels *= extent
-            return self._tile_pixels() * channels * first.element_bytes
-        return None
-
-    def _stage_bytes(self, infos: Sequence[FuncInfo]) -> int:
-        return self.config.contraction_stage_bytes if any(
-            i.kind in CONTRACTIONS and i.kind != DEPTHWISE_CONV for i in infos) else 0
-
-    def _occupancy_of(self, group: GroupView) -> Occupancy:
-        return occupancy(self.profile, self.config.block_threads,
-                         self.estimate_registers(group.infos), self._stage_bytes(group.infos))
-
-
-def _warps(occ: Occupancy, what: str) -> str:
-    """``50% (16 warps, limited by registers; unfused, ImplicitGemm plan)``."""
-    return f"{occ.occupancy:.0%} ({occ.warps_per_multiprocessor} warps, limited by {occ.limiter}; {what})"
+        return self.pairs.gpu_target()
