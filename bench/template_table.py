@@ -124,12 +124,16 @@ def commit_note(built: Optional[str], here: Optional[str]) -> Optional[str]:
 
 def explain(model: str, batch: int, profile: str) -> Dict[str, str]:
     """{kernel: rule} of hw's build of ``model`` at ``batch`` for ``profile`` (as the bundle builds it)."""
+    import tvm  # pylint: disable=import-outside-toplevel
+
     import tvm_fusion_hw as hw  # pylint: disable=import-outside-toplevel
     from tvm_fusion_hw.bundle import import_model  # pylint: disable=import-outside-toplevel
     from tvm_fusion_hw.schedule_report import explain_schedules  # pylint: disable=import-outside-toplevel
 
     mod = import_model(model, batch)[1]  # lifted: main's kernels have the bundle's names
-    return {c.kernel: c.rule for c in explain_schedules(mod, hw.target(profile))}
+    target = hw.target(profile)
+    with tvm.transform.PassContext(config=hw.pass_config(target)):  # the bundle's build options
+        return {c.kernel: c.rule for c in explain_schedules(mod, target)}
 
 
 def label(rule: Optional[str]) -> str:

@@ -119,20 +119,21 @@ _ISSUE_EFFICIENCY = (0.75, 0.0625)
 _SCHEDULERS_PER_MULTIPROCESSOR = 4
 #: Registers besides the accumulators and the input window: addresses, counters, the epilogue.
 _REGISTER_BASE = 24
-_UNROLL_REGISTERS = 8
 
 
 def tile_registers(problem: ConvPoolProblem, cv: int, rows: int, cols: int, unroll: int) -> int:
     """Registers per thread: the ``cv x rows x cols`` accumulators, the input window of one
-    channel (two, and a few more registers, when the channel loop is unrolled: the compiler loads
-    ahead), the ``cv`` weights of a tap and addressing. Fitted to ptxas (nvcc 13, sm_90, 3x3 conv,
-    2x2 pool, 37 tiles of 4 to 128 accumulators): within 2 for 64 accumulators and one channel per
-    step, the tiles the 128-register budget is about; tiles of 4 to 32 accumulators with unrolled
-    steps land between 21 below and 40 above (nvcc unrolls the channel loop further on its own and
-    ptxas hoists loads across it), far from any limit."""
+    channel, the ``cv`` weights of a tap and addressing; unrolling the channel loop adds none.
+    Fitted to ptxas (nvcc 13, sm_90, 3x3 conv, 2x2 pool): 37 tiles of 4 to 128 accumulators at
+    one channel per step within 2 for 64 accumulators; 48 of conv_relu_pool's best-ranked tiles
+    on three profiles (H200, RTX 4090, RTX 3060, batch 1 and 32), most unrolled by 4: median
+    error 1, 43 of 48 within 16, the worst 37 under (a 4x2-output tile, 121 against 84). A
+    loaded-ahead window per unrolled step, as the model first assumed, overestimated the
+    unrolled tiles by 20-57 (98 against 56-79 for 16 accumulators), which made the policy stage
+    conv + pool at batch 1 for an occupancy drop that ptxas does not show."""
+    del unroll  # ptxas reuses the window's registers across unrolled channels
     win_rows, win_cols = problem.input_extent(rows, cols)
-    ahead = 0 if unroll == 1 else win_rows * win_cols + _UNROLL_REGISTERS
-    return cv * rows * cols + win_rows * win_cols + ahead + cv + _REGISTER_BASE
+    return cv * rows * cols + win_rows * win_cols + cv + _REGISTER_BASE
 
 
 @functools.lru_cache(maxsize=1024)

@@ -31,6 +31,14 @@ _MAX_PREFETCH_VECTOR_THREADS = 128
 #: slower with vector tiles on every 1x1 conv (bench/results/2026-11-30-h200-vector-loads).
 _MIN_VECTOR_STEPS = 16
 
+#: cp.async prefetch only where a block's K loop is this long: its pipeline's fill and drain (and
+#: the doubled shared tiles) cost more than it hides on short loops. On the H200
+#: (bench/results/2026-11-30-h200-stop10, against stop 9's register prefetch) the kernels with K
+#: under 256 (1-6 steps) ran up to 17% slower with it, most with K of 256 or more 5-18% faster
+#: (ResNet-50's 3x3 convs, BERT's GEMMs); MobileNetV2's 1x1 convs with K 320-960 at batch 32
+#: stayed 4-23% slower. A count of steps would let a smaller BK pass it.
+_MIN_ASYNC_DEPTH = 256
+
 #: Buffers of each shared tile when prefetching with ``cp.async``: step k+1 lands in one while
 #: step k is read from the other (three stages measured no faster on the H200, tile sweep 4).
 _ASYNC_STAGES = 2
@@ -127,23 +135,21 @@ def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile
         for micro_rows, micro_cols in config.micro_shapes:
             for depth_step in config.depth_steps:
                 for split_k in _splits(problem, depth_step, config):
-                    for prefetch, width in itertools.product((True, False), config.vector_widths):
+                    # (prefetch, by cp.async): none, through registers, and by cp.async where enabled
+                    ways = [(False, False), (True, False)] + (
+                        [(True, True)] if config.async_copy and problem.depth // split_k >= _MIN_ASYNC_DEPTH else [])
+                    for (prefetch, by_async), width in itertools.product(ways, config.vector_widths):
                         if micro_rows % width or micro_cols % width:
                             continue
-                        staged_async = prefetch and config.async_copy
-                        if width > 1 and prefetch and not staged_async and threads > _MAX_PREFETCH_VECTOR_THREADS:
+                        if width > 1 and prefetch and not by_async and threads > _MAX_PREFETCH_VECTOR_THREADS:
                             continue
                         if width > 1 and problem.depth < _MIN_VECTOR_STEPS * depth_step * split_k:
                             continue
                         tile = _model(problem, limits, config, thread_rows, thread_cols, micro_rows,
-                                      micro_cols, depth_step, split_k, prefetch, width, staged_async)
-                        if tile is None and staged_async and (width == 1 or threads <= _MAX_PREFETCH_VECTOR_THREADS):
-                            # double buffers too large for shared memory: prefetch through registers
-                            tile = _model(problem, limits, config, thread_rows, thread_cols, micro_rows,
-                                          micro_cols, depth_step, split_k, prefetch, width, False)
+                                      micro_cols, depth_step, split_k, prefetch, width, by_async)
                         if tile is not None:
                             tiles.append(tile)
-    tiles.sort(key=lambda t: (t.time_s, -t.block_rows * t.block_cols, t.split_k, not t.prefetch))
+    tiles.sort(key=lambda t: (t.time_s, -t.block_rows * t.block_cols, t.split_k, not t.prefetch, not t.async_stages))
     return tiles
 
 
