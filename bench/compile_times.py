@@ -28,11 +28,11 @@ def measure(model: str, batch: int, target, repeat: int):
     mod = import_model(model, batch)[1]  # lifted, as the bundle compiles it
     times = {"stock": [], "hw": []}
     for _ in range(repeat):
-        for name, pipeline, config in (("stock", hw.stock_pipeline(target), {}),
-                                       ("hw", hw.get_pipeline(target), hw.pass_config(target))):
+        for name, pipeline, context in (("stock", hw.stock_pipeline(target), tvm.transform.PassContext()),
+                                        ("hw", hw.get_pipeline(target), hw.pass_context(target))):
             clear_caches()  # cold: no ranking from an earlier compile
             start = time.perf_counter()
-            with tvm.transform.PassContext(config=config):  # the plugin's options, as the bundle builds
+            with context:  # the plugin's options, as the bundle builds
                 tvm.compile(mod, target=target, relax_pipeline=pipeline)
             times[name].append(time.perf_counter() - start)
     return min(times["stock"]), min(times["hw"])

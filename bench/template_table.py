@@ -132,7 +132,7 @@ def explain(model: str, batch: int, profile: str) -> Dict[str, str]:
 
     mod = import_model(model, batch)[1]  # lifted: main's kernels have the bundle's names
     target = hw.target(profile)
-    with tvm.transform.PassContext(config=hw.pass_config(target)):  # the bundle's build options
+    with hw.pass_context(target):  # the bundle's build options
         return {c.kernel: c.rule for c in explain_schedules(mod, target)}
 
 

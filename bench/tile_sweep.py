@@ -7,7 +7,7 @@ Two halves, like the benchmark bundle:
 plus tiles that differ from the best in one choice (thread tile, K step, split K), each scheduled
 and built for CUDA, and dlight's ``Matmul`` schedule of the same PrimFunc as the reference. Writes
 ``<out>/sweep.json`` (shapes, tiles, the model's predicted times) and one library per schedule.
-Tiles are ranked and built under ``hw.pass_config`` (``cp.async`` where the GPU has it), as the
+Tiles are ranked and built under ``hw.pass_context`` (``cp.async`` where the GPU has it), as the
 plugin's builds are.
 
 ``run`` (on the GPU box, with a bundle's runtime-only TVM): random inputs, every library timed with
@@ -83,7 +83,7 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=()) -> None:
             mod = import_onnx(build_model(model, batch=int(batch)), keep_params_in_input=True)
             modules[(model, batch)] = fused_module(mod, target, hw.HardwareAwareFuseOps(target))
         func = modules[(model, batch)][kernel]
-        with tvm.transform.PassContext(config=hw.pass_config(target)):  # ranks cp.async tiles as a build does
+        with hw.pass_context(target):  # ranks cp.async tiles as a build does
             problem, tiles = _tiles_to_try(rule, func, target, top, tile_changes)
         schedules = [("dlight", None, dl.gpu.Matmul().apply(func, target, False))]
         schedules += [(f"tile{i}", tile, rule.schedule_tile(func, target, tile)) for i, tile in enumerate(tiles)]
@@ -93,7 +93,7 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=()) -> None:
                 continue
             lib = out / f"{kernel}_b{batch}_{name}.so"
             try:
-                with tvm.transform.PassContext(opt_level=3, config=hw.pass_config(target)), target:
+                with tvm.transform.PassContext(opt_level=3), hw.pass_context(target), target:
                     built = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
                                         target=target)
             except Exception as err:  # pylint: disable=broad-except

@@ -165,7 +165,7 @@ def supports_async_copy(target: Target) -> bool:
 
 def async_copy_enabled(target: Target) -> bool:
     """Whether GEMM tiles may prefetch with ``cp.async``: ``target`` has it and the build runs under
-    a PassContext with ``tirx.use_async_copy`` (see :func:`tvm_fusion_hw.pass_config`)."""
+    a PassContext with ``tirx.use_async_copy`` (see :func:`tvm_fusion_hw.pass_context`)."""
     return supports_async_copy(target) and bool(
         tvm.transform.PassContext.current().config.get(ASYNC_COPY_CONFIG, False))
 

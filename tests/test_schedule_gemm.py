@@ -12,7 +12,7 @@ CPU only except the last test. Checked:
   GEMMs at batch 32 keep 32 or more accumulators per thread without a split;
 - ResNet-50 and the BERT layer build for sm_90 (GEMM kernels in ``__shared__`` memory, no spills
   under ptxas) and ResNet-50 for gfx942;
-- ``cp.async``: only on sm_80+ under ``hw.pass_config`` (TVM's ``tirx.use_async_copy``); its tiles
+- ``cp.async``: only on sm_80+ under ``hw.pass_context`` (TVM's ``tirx.use_async_copy``); its tiles
   double-buffer shared memory (within the static limit), stage no registers, compute the same,
   and build for sm_90 with ``cp.async`` in the source and no spills;
 - on a CUDA GPU (marked ``gpu``): ResNet-50 with and without the rule gives the same outputs.
@@ -182,8 +182,15 @@ def test_resnet50_builds_for_gfx942():
 def test_async_copy_needs_sm80_and_the_build_option():
     h200, ampere, rocm = hw.target(H200), hw.target("nvidia-rtx-3060"), hw.target("amd-mi300x")
     turing = tvm.target.Target({"kind": "cuda", "arch": "sm_75"})
-    assert hw.pass_config(h200) == {ASYNC_COPY_CONFIG: True}
-    assert hw.pass_config(rocm) == {} and hw.pass_config(turing) == {}
+    with hw.pass_context(h200) as ctx:
+        assert dict(ctx.config) == {ASYNC_COPY_CONFIG: True}
+        assert list(ctx.disabled_pass) == ["s_tir.LowerAsyncDMA"]  # a no-op on CUDA that costs compile time
+    for other in (rocm, turing):
+        with hw.pass_context(other) as ctx:
+            assert not dict(ctx.config) and not list(ctx.disabled_pass)
+    # the caller's options stay
+    with tvm.transform.PassContext(opt_level=3, config={"tirx.disable_assert": True}), hw.pass_context(h200) as ctx:
+        assert ctx.opt_level == 3 and dict(ctx.config)["tirx.disable_assert"]
     assert not async_copy_enabled(h200)  # the build did not ask for it
     with tvm.transform.PassContext(config={ASYNC_COPY_CONFIG: True}):
         assert async_copy_enabled(h200) and async_copy_enabled(ampere)
@@ -193,7 +200,7 @@ def test_async_copy_needs_sm80_and_the_build_option():
 def test_async_tiles_double_buffer_and_compute_the_same(fused):
     target = hw.target(H200)
     func = fused[("bert_encoder_layer", 1)]["fused_matmul3_add2_divide1_erf_add3_multiply_multiply1"]
-    with tvm.transform.PassContext(config=hw.pass_config(target)):
+    with hw.pass_context(target):
         problem = plan(func, target)[0]
         ranked = ImplicitGemm.rank(problem, gpu_limits(target), ImplicitGemm().get_config(target))
     staged = [t for t in ranked if t.async_stages]
@@ -227,7 +234,7 @@ def _without_async_stages(func):
 def test_sm90_async_builds_use_cp_async_without_spills(model, batch):
     target = hw.target(H200)
     mod = import_onnx(build(model, batch=batch), keep_params_in_input=True)
-    with tvm.transform.PassContext(config=hw.pass_config(target)):
+    with hw.pass_context(target):
         source = cuda_source(tvm.compile(mod, target=target, relax_pipeline=get_pipeline(target)))
     assert "cp.async.cg.shared.global" in source or "cp.async.ca.shared.global" in source
     if nvcc_path() is None:

@@ -6,7 +6,7 @@ Typical use::
     from tvm.relax.frontend.onnx import from_onnx
     mod = from_onnx(onnx.load("mobilenet_v2.onnx"), keep_params_in_input=True)
     target = hw.target("nvidia-h200")
-    with tvm.transform.PassContext(config=hw.pass_config(target)):  # cp.async where the GPU has it
+    with hw.pass_context(target):  # cp.async where the GPU has it
         ex = tvm.compile(mod, target=target, relax_pipeline=hw.get_pipeline(target))
     print(hw.last_report())
 
@@ -16,7 +16,7 @@ or put ``hw.HardwareAwareFuseOps(target)`` where ``relax.transform.FuseOps()`` s
 from .decisions import Decision, FusionReport
 from .errors import FusionHWError
 from .fuse_pass import HardwareAwareFuseOps, last_report
-from .pipeline import get_pipeline, pass_config, stock_pipeline
+from .pipeline import get_pipeline, pass_context, stock_pipeline
 from .policy import FusionPolicy, PolicyConfig
 from .profile import HardwareProfile, known_profiles, load_profile, load_profile_file
 from .target import profile_of, target
@@ -36,7 +36,7 @@ __all__ = [
     "last_report",
     "load_profile",
     "load_profile_file",
-    "pass_config",
+    "pass_context",
     "profile_of",
     "stock_pipeline",
     "target",

@@ -27,6 +27,7 @@ everything a bare Python 3.12 + numpy machine needs to run them into one folder:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -51,7 +52,7 @@ from .bundle_runtime import REPO, copy_builders, copy_tvm_runtime, fetch_tvm_ffi
 from .errors import FusionHWError
 from .fuse_pass import HardwareAwareFuseOps, last_report
 from .models import build, list_models
-from .pipeline import get_pipeline, pass_config, stock_pipeline
+from .pipeline import get_pipeline, pass_context, stock_pipeline
 from .profile import load_profile
 from .target import target as hw_target
 from .toolchain import nvcc_path
@@ -254,8 +255,8 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
         knobs = pipeline_knobs(spec) if spec else None
         # the plugin's builds take its PassContext options (cp.async on sm_80+), as a user's would;
         # stock TVM builds as it comes
-        config = {"relax.backend.use_cuda_graph": use_graph, **(pass_config(tgt) if pipe == "hw" else {})}
-        with tvm.transform.PassContext(config=config):
+        with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": use_graph}), \
+                (pass_context(tgt) if pipe == "hw" else contextlib.nullcontext()):
             ex = tvm.compile(mod, target=tgt, relax_pipeline=_pipeline(pipe, tgt, profile, knobs))
         entry["compile_s"][key] = round(time.time() - start, 3)
         variant = {"name": key, "pipeline": pipe, "cuda_graph": use_graph}

@@ -58,7 +58,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         mod = _load_module(args.model, args.batch)
     start = time.perf_counter()
     # the plugin's PassContext options (cp.async on sm_80+), as a user's build sets them
-    with tvm.transform.PassContext(config=pipeline.pass_config(tgt)):
+    with pipeline.pass_context(tgt):
         if args.feedback:  # build, measure registers and occupancy, split what measures badly, rebuild
             from .feedback import compile_with_feedback  # pylint: disable=import-outside-toplevel
 
@@ -75,7 +75,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         from .schedule_report import explain_schedules  # pylint: disable=import-outside-toplevel
 
         with progress.stage("explain the schedule of every kernel"), \
-                tvm.transform.PassContext(config=pipeline.pass_config(tgt)):
+                pipeline.pass_context(tgt):
             choices = explain_schedules(mod, tgt, rules=None)
         print("\nschedules (rule, tile, modelled time):")
         print("\n".join(f"  {c}" for c in choices))
