@@ -108,8 +108,9 @@ class ImplicitGemm(TiledScheduleRule):
             Prefetch with ``cp.async`` into double-buffered shared tiles instead of through
             registers (no staged registers, so 256-thread vector tiles may prefetch too). Set by
             :meth:`get_config` from the target and the build's PassContext (:func:`async_copy_enabled`).
-            On the H200 it took BERT's GEMMs 10-11% and ResNet-50's 3x3 conv 8-19% below the
-            register-staged prefetch (``bench/results/2026-11-30-h200-tile-sweep/4-cp-async``).
+            On the H200 BERT's large GEMMs and ResNet-50's 3x3 convs ran about 10% faster with it
+            (``bench/results/2026-11-30-h200-tile-sweep/4-cp-async``); short K loops ran slower,
+            so the ranking offers it only where K is long (``gemm_tiles._MIN_ASYNC_DEPTH``).
         unroll_explicit : bool
             TVM unrolls the thread tile's loops itself (True) or emits them with ``#pragma unroll``
             for nvcc/LLVM to unroll (False: about a third less compile time, same ptxas registers,

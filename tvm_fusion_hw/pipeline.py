@@ -133,7 +133,7 @@ def pass_context(target: tvm.target.Target) -> tvm.transform.PassContext:
             ex = tvm.compile(mod, target=target, relax_pipeline=hw.get_pipeline(target))
 
     On CUDA sm_80 and newer: ``tirx.use_async_copy``, so the GEMM template prefetches with
-    ``cp.async`` (10-19% faster large GEMMs on an H200), and ``s_tir.LowerAsyncDMA`` disabled:
+    ``cp.async`` (about 10% faster large GEMMs on an H200), and ``s_tir.LowerAsyncDMA`` disabled:
     that option also runs this DMA lowering (for accelerators with DMA engines), which leaves CUDA
     kernels byte-identical and took 60% of a BERT layer's compile. Without the context every
     template still builds, prefetching through registers.
