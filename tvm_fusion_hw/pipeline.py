@@ -135,7 +135,7 @@ def pass_context(target: tvm.target.Target) -> tvm.transform.PassContext:
     On CUDA sm_80 and newer: ``tirx.use_async_copy``, so the GEMM template prefetches with
     ``cp.async`` (about 10% faster large GEMMs on an H200), and ``s_tir.LowerAsyncDMA`` disabled:
     that option also runs this DMA lowering (for accelerators with DMA engines), which leaves CUDA
-    kernels byte-identical and took 60% of a BERT layer's compile. Without the context every
+    kernels byte-identical and took more than half of a BERT layer's compile. Without the context every
     template still builds, prefetching through registers.
     """
     from .schedules.gemm import ASYNC_COPY_CONFIG, supports_async_copy  # pylint: disable=import-outside-toplevel
