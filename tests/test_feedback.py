@@ -19,8 +19,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw import kernel_resources as kres
-from tvm_fusion_hw import toolchain
+from tvm_fusion_hw import kernel_launches, ptxas, toolchain
 from tvm_fusion_hw.feedback import compile_with_feedback
 from tvm_fusion_hw.kernel_resources import KernelResources
 from tvm_fusion_hw.occupancy import register_budget
@@ -73,7 +72,7 @@ _KERNEL = re.compile(r"__launch_bounds__\((\d+)\)\s+(\w+)\(([^)]*)\)\s*\{")
 def fake_measure(registers_of, spill_of=lambda pointers: 0):
     """``measure(executable, target)`` reading CUDA source only (no nvcc): one kernel per definition."""
     def measure(executable, _target):
-        (cuda,) = kres.device_modules(executable, ["cuda"])
+        (cuda,) = kernel_launches.device_modules(executable, ["cuda"])
         return [KernelResources(name, registers_of(params.count("*")), spill_of(params.count("*")),
                                 spill_of(params.count("*")), 0, int(threads), "estimate")
                 for threads, name, params in _KERNEL.findall(cuda.inspect_source("cuda"))]
@@ -136,7 +135,7 @@ def test_round_limit_leaves_the_group_and_says_so():
 @pytest.mark.filterwarnings("ignore:measuring CUDA kernels needs nvcc")
 def test_without_a_compiler_one_round_on_estimates(monkeypatch):
     monkeypatch.setattr(toolchain, "nvcc_path", lambda: None)
-    monkeypatch.setattr(kres, "have_nvrtc", lambda: False)
+    monkeypatch.setattr(ptxas, "have_nvrtc", lambda: False)
     with pytest.warns(UserWarning, match="estimates only"):
         result = compile_with_feedback(chain(4), hw.target(H200))
     assert len(result.rounds) == 1 and not result.rounds[0].kernels and not result.report.splits
@@ -168,7 +167,7 @@ def skip_unless_measurable(profile):
     if hw.load_profile(profile).vendor == "amd":
         if not toolchain.have_rocm_toolchain():
             pytest.skip("ROCm toolchain absent (lld-22, rocm-device-libs)")
-    elif kres.cuda_compiler() is None:
+    elif ptxas.cuda_compiler() is None:
         pytest.skip("neither nvcc nor NVRTC found")
 
 

@@ -1,4 +1,5 @@
-"""Tests for tvm_fusion_hw.kernel_resources: per-kernel registers, spills, shared memory, launch.
+"""Tests for tvm_fusion_hw.kernel_resources and its readers (ptxas, amdgpu_metadata,
+kernel_launches): per-kernel registers, spills, shared memory, launch.
 
 The parsers are checked on captured outputs (ptxas -v of CUDA 13.0 and of CUDA 12, the AMDGPU
 metadata and the host LLVM IR of a TVM 0.27 gfx942 build); real builds of the rules'
@@ -16,17 +17,17 @@ import tvm
 from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
+from tvm_fusion_hw import amdgpu_metadata, kernel_launches, ptxas, toolchain
 from tvm_fusion_hw import kernel_resources as kres
-from tvm_fusion_hw import toolchain
 from tvm_fusion_hw.errors import FusionHWError
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.kernel_resources import KernelResources, measure, occupancy_of
 from tvm_fusion_hw.models import build
 
 NEED_NVCC = pytest.mark.skipif(not toolchain.have_nvcc(), reason="nvcc (CUDA toolkit) not found")
-NEED_CUDA_COMPILER = pytest.mark.skipif(kres.cuda_compiler() is None, reason="neither nvcc nor NVRTC found")
+NEED_CUDA_COMPILER = pytest.mark.skipif(ptxas.cuda_compiler() is None, reason="neither nvcc nor NVRTC found")
 #: The CUDA compilers usable here: nvcc, and NVRTC (TVM's default loader) where cuda-bindings works.
-CUDA_COMPILERS = [c for c, ok in (("nvcc", toolchain.have_nvcc()), ("nvrtc", kres.have_nvrtc())) if ok] or ["nvcc"]
+CUDA_COMPILERS = [c for c, ok in (("nvcc", toolchain.have_nvcc()), ("nvrtc", ptxas.have_nvrtc())) if ok] or ["nvcc"]
 NEED_ROCM = pytest.mark.skipif(not toolchain.have_rocm_toolchain(),
                                reason="ROCm toolchain absent (lld-22, rocm-device-libs)")
 
@@ -163,7 +164,7 @@ def _function_info(name, nargs, tags):
 
 # ---- parsers ----------------------------------------------------------------------------------
 def test_parse_ptxas_cuda13():
-    got = kres.parse_ptxas(PTXAS_CUDA13)
+    got = ptxas.parse_ptxas(PTXAS_CUDA13)
     assert got["smem_kernel"] == {"arch": "sm_90", "registers": 14, "spill_store_bytes": 0,
                                   "spill_load_bytes": 0, "stack_frame_bytes": 0, "shared_bytes": 4096,
                                   "barriers": 1}
@@ -173,7 +174,7 @@ def test_parse_ptxas_cuda13():
 
 
 def test_parse_ptxas_cuda12_skips_non_entry_functions():
-    got = kres.parse_ptxas(PTXAS_CUDA12)
+    got = ptxas.parse_ptxas(PTXAS_CUDA12)
     assert list(got) == ["default_function_kernel"]
     assert got["default_function_kernel"]["registers"] == 30
     assert got["default_function_kernel"]["shared_bytes"] == 2048
@@ -190,7 +191,7 @@ def test_parse_launch_bounds_and_names():
 
 
 def test_parse_amdgpu_metadata_skips_args():
-    got = kres.parse_amdgpu_metadata(AMDGPU_ASM)
+    got = amdgpu_metadata.parse_amdgpu_metadata(AMDGPU_ASM)
     assert [k["name"] for k in got] == ["fused_conv2d_add_relu_kernel", "max_pool2d_kernel"]
     assert got[0] == {"target": "gfx942", "agpr_count": 0, "group_segment_fixed_size": 6912,
                       "max_flat_workgroup_size": 256, "name": "fused_conv2d_add_relu_kernel",
@@ -205,7 +206,7 @@ def test_parse_amdgpu_metadata_skips_args():
 
 
 def test_parse_host_launches():
-    got = kres.parse_host_launches(HOST_IR)
+    got = kernel_launches.parse_host_launches(HOST_IR)
     assert got["max_pool2d_kernel"] == [None, None, 196, 1024]
     assert got["dyn_kernel"] == [None, None, 256, 2048]
 
@@ -213,15 +214,15 @@ def test_parse_host_launches():
 def test_parse_launch_tags_and_launch():
     blob = (b"\x00" * 40 + b"cuda" + _function_info("max_pool2d_kernel", 2, ["blockIdx.x", "threadIdx.x"])
             + _function_info("dyn_kernel", 1, ["blockIdx.x", "threadIdx.x", "tirx.use_dyn_shared_memory"]))
-    tags = kres.parse_launch_tags(blob, ["max_pool2d_kernel", "dyn_kernel", "absent"])
+    tags = kernel_launches.parse_launch_tags(blob, ["max_pool2d_kernel", "dyn_kernel", "absent"])
     assert tags == {"max_pool2d_kernel": ["blockIdx.x", "threadIdx.x"],
                     "dyn_kernel": ["blockIdx.x", "threadIdx.x", "tirx.use_dyn_shared_memory"]}
-    calls = kres.parse_host_launches(HOST_IR)
-    pool = kres._launch_of(tags["max_pool2d_kernel"], calls["max_pool2d_kernel"])
+    calls = kernel_launches.parse_host_launches(HOST_IR)
+    pool = kernel_launches._launch_of(tags["max_pool2d_kernel"], calls["max_pool2d_kernel"])
     assert (pool.threads_per_block, pool.grid_blocks, pool.dynamic_shared_bytes) == (1024, 196, 0)
-    dyn = kres._launch_of(tags["dyn_kernel"], [None, 8, 256, 2048])
+    dyn = kernel_launches._launch_of(tags["dyn_kernel"], [None, 8, 256, 2048])
     assert (dyn.threads_per_block, dyn.grid_blocks, dyn.dynamic_shared_bytes) == (256, 8, 2048)
-    unknown = kres._launch_of(["blockIdx.x", "threadIdx.x"], [None, None, 128])
+    unknown = kernel_launches._launch_of(["blockIdx.x", "threadIdx.x"], [None, None, 128])
     assert (unknown.grid_blocks, unknown.threads_per_block) == (None, 128)
 
 
@@ -238,11 +239,11 @@ def test_occupancy_of():
 
 
 def test_nvcc_command_mirrors_tvm():
-    cmd = kres.nvcc_command("nvcc", "sm_90a", "k.cu", "k.cubin")
+    cmd = ptxas.nvcc_command("nvcc", "sm_90a", "k.cu", "k.cubin")
     assert cmd[:5] == ["nvcc", "--cubin", "-O3", "-gencode", "arch=compute_90a,code=sm_90a"]
     assert "--use_fast_math" in cmd and "-w" in cmd
-    ptxas = next(c for c in cmd if c.startswith("--ptxas-options="))
-    assert ptxas.split("=", 1)[1].split(",")[:3] == ["-v", "--register-usage-level=10",
+    options = next(c for c in cmd if c.startswith("--ptxas-options="))
+    assert options.split("=", 1)[1].split(",")[:3] == ["-v", "--register-usage-level=10",
                                                      "--warn-on-local-memory-usage"]
 
 
@@ -335,8 +336,8 @@ def rocm_builds():
 
 def _launched(ex):
     names = set()
-    for host in kres._host_modules(ex):
-        names |= set(kres.parse_host_launches(host.inspect_source("ll")))
+    for host in kernel_launches._host_modules(ex):
+        names |= set(kernel_launches.parse_host_launches(host.inspect_source("ll")))
     return {n for n in names if not n.startswith("__tvm")}  # __tvm_set_device is no kernel
 
 
@@ -347,14 +348,14 @@ def test_measure_cuda_build(cuda_builds, model):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the nvcc-instead-of-NVRTC note
         kernels = measure(ex, target)
-    (cuda,) = kres.device_modules(ex, ["cuda"])
+    (cuda,) = kernel_launches.device_modules(ex, ["cuda"])
     # every kernel of the module is measured, and every launched one
     assert [k.name for k in kernels] == kres.cuda_kernel_names(cuda.inspect_source("cuda"))
     assert _launched(ex) <= {k.name for k in kernels}
     profile = hw.load_profile("nvidia-h200")
     for k in kernels:
         assert 1 <= k.registers <= 255 and k.source == "ptxas" and k.arch == "sm_90"
-        assert k.compiler == kres.cuda_compiler()
+        assert k.compiler == ptxas.cuda_compiler()
         assert k.threads_per_block and k.threads_per_block == k.max_threads_per_block
         assert k.grid_blocks and k.grid_blocks >= 1
         assert k.dynamic_shared_bytes == 0 and not k.spills
@@ -368,7 +369,7 @@ def test_measure_rocm_build(rocm_builds, model):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         kernels = measure(ex, target)
-    (hip,) = kres.device_modules(ex, ["hip", "rocm"])
+    (hip,) = kernel_launches.device_modules(ex, ["hip", "rocm"])
     declared = re.findall(r"^\s*\.amdhsa_kernel (\S+)", hip.inspect_source("asm"), re.M)
     assert [k.name for k in kernels] == declared
     assert _launched(ex) <= {k.name for k in kernels}
@@ -403,7 +404,7 @@ def test_dynamic_shared_memory_from_the_host():
 def test_missing_compilers_warn_and_return_nothing(monkeypatch, cuda_builds):
     ex, target = cuda_builds["eltwise5"]
     monkeypatch.setattr(toolchain, "nvcc_path", lambda: None)
-    monkeypatch.setattr(kres, "have_nvrtc", lambda: False)
+    monkeypatch.setattr(ptxas, "have_nvrtc", lambda: False)
     with pytest.warns(UserWarning, match="needs nvcc or NVRTC"):
         assert measure(ex, target) == []
 
@@ -411,7 +412,7 @@ def test_missing_compilers_warn_and_return_nothing(monkeypatch, cuda_builds):
 @NEED_NVCC
 def test_nvcc_instead_of_nvrtc_is_said(monkeypatch, cuda_builds):
     ex, target = cuda_builds["eltwise5"]
-    monkeypatch.setattr(kres, "have_nvrtc", lambda: False)
+    monkeypatch.setattr(ptxas, "have_nvrtc", lambda: False)
     monkeypatch.delenv("TVM_CUDA_COMPILE_MODE", raising=False)
     with pytest.warns(UserWarning, match="TVM loads CUDA with NVRTC"):
         assert [k.compiler for k in measure(ex, target)] == ["nvcc"]
@@ -421,10 +422,10 @@ def test_nvcc_instead_of_nvrtc_is_said(monkeypatch, cuda_builds):
         assert [k.compiler for k in measure(ex, target)] == ["nvcc"]
 
 
-@pytest.mark.skipif(not (kres.have_nvrtc() and toolchain.have_nvcc()), reason="needs NVRTC and nvcc")
+@pytest.mark.skipif(not (ptxas.have_nvrtc() and toolchain.have_nvcc()), reason="needs NVRTC and nvcc")
 def test_nvrtc_and_nvcc_measure_the_same_kernels(cuda_builds):
     ex, _ = cuda_builds["conv_relu_pool"]
-    (cuda,) = kres.device_modules(ex, ["cuda"])
+    (cuda,) = kernel_launches.device_modules(ex, ["cuda"])
     source = cuda.inspect_source("cuda")
     by_nvrtc = kres.measure_cuda_source(source, "sm_90", compiler="nvrtc")
     by_nvcc = kres.measure_cuda_source(source, "sm_90", compiler="nvcc")
