@@ -22,6 +22,9 @@ everything a bare Python 3.12 + numpy machine needs to run them into one folder:
     The ONNX model builders, so the runner rebuilds the exact seeded weights with numpy + onnx.
 ``run.py``
     ``bench/runner.py``: loads, checks and times everything (``python run.py --out DIR``).
+``cubin/<key>.bin.xz`` (from :mod:`.bundle_cubins`)
+    CUDA binaries compiled here with nvcc, one per distinct CUDA source, for the runner to load
+    where the GPU's arch matches (none with ``precompile=False`` or without nvcc).
 """
 
 from __future__ import annotations
@@ -29,24 +32,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import importlib.util
 import json
 import lzma
-import os
 import platform
 import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
+from .bundle_cubins import precompile_cuda
 from .bundle_variants import VariantSpec, parse_variants, pipeline_knobs
 from .bundle_runtime import REPO, copy_builders, copy_tvm_runtime, fetch_tvm_ffi_wheels, runner_source
 from .errors import FusionHWError
@@ -55,7 +56,6 @@ from .models import build, list_models
 from .pipeline import get_pipeline, pass_context, stock_pipeline
 from .profile import load_profile
 from .target import target as hw_target
-from .toolchain import nvcc_path
 
 DEFAULT_MODELS = ("mobilenet_v2", "resnet50", "squeezenet1_1", "bert_encoder_layer", "relu_add_mul",
                   "eltwise5", "conv_relu_pool", "dw_pw", "layernorm_residual")
@@ -129,14 +129,6 @@ def _pipeline(name: str, tgt, profile: str, knobs: Optional[Dict[str, object]] =
     raise FusionHWError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
 
 
-def _load_runner():
-    """``bench/runner.py`` as a module (its CUDA compile function and cache key are reused here)."""
-    spec = importlib.util.spec_from_file_location("tvm_fusion_hw_bench_runner", runner_source())
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _cuda_source(ex) -> Optional[str]:
     """The CUDA source a built executable carries (what the runtime hands to the compile callback)."""
     stack = [ex.mod]
@@ -146,44 +138,6 @@ def _cuda_source(ex) -> Optional[str]:
             return str(mod.inspect_source(""))
         stack.extend(mod.imports)
     return None
-
-
-def precompile_cuda(out: Path, sources: Dict[str, str], arch: str, log,
-                    jobs: Optional[int] = None) -> Dict[str, object]:
-    """Compile every distinct CUDA source with nvcc (TVM's flags) into ``out/cubin/<key>.bin.xz``.
-
-    The runner uses these instead of compiling on the GPU box when the device's arch matches.
-    """
-    if nvcc_path() is None:
-        log("no nvcc here: the runner will compile CUDA on the GPU box")
-        return {}
-    runner = _load_runner()
-    compile_cuda, _ = runner.make_cuda_compiler(arch, "nvcc")
-    (out / "cubin").mkdir(exist_ok=True)
-
-    failed: List[str] = []
-
-    def _one(code: str) -> int:
-        key = runner.source_key(arch, code)
-        dest = out / "cubin" / f"{key}.bin.xz"
-        try:
-            data = bytes(compile_cuda(code))
-        except RuntimeError as err:  # the runner compiles this one on the GPU box instead
-            failed.append(f"{key[:12]}: {str(err)[-300:]}")
-            return 0
-        with lzma.open(dest, "wb", preset=6) as dst:
-            dst.write(data)
-        return dest.stat().st_size
-
-    start = time.time()
-    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
-        sizes = [size for size in pool.map(_one, sources.values()) if size]
-    log(f"precompiled {len(sizes)} CUDA sources for {arch} with nvcc in {time.time() - start:.1f}s "
-        f"({sum(sizes) / 2**20:.1f} MiB)" + (f"; {len(failed)} failed: {failed[0]}" if failed else ""))
-    nvcc_version = subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True,
-                                  check=False).stdout.strip().splitlines()
-    return {"arch": arch, "count": len(sizes), "failed": failed, "compiler": (nvcc_version or [""])[-1],
-            "seconds": round(time.time() - start, 1)}
 
 
 def _export(ex, out: Path, stem: str, compress: bool) -> Dict[str, object]:
