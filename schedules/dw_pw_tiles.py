@@ -152,7 +152,7 @@ def tile_registers(mp: int, mf: int, vector: int) -> int:
     staging round's loads, the depthwise phase's weights and epilogue parameters).
 
     The kernel's launch bounds name the residency this estimate gives (see
-    ``dw_pw._with_launch_bounds``), so ptxas may use ``registers per SM / (residency x threads)``,
+    ``common.with_min_blocks_per_multiprocessor``), so ptxas may use ``registers per SM / (residency x threads)``,
     at least this. Measured (nvcc 13, sm_90, 66 tiles of the MobileNetV2 pairs at batch 32): ptxas
     used 17 fewer to 23 more registers than estimated, and spilled none."""
     return mp * mf + mp + mf + (vector - 1) + _REGISTER_BASE
