@@ -16,6 +16,7 @@ import tvm_ffi
 from tvm import s_tir, sym, tirx
 from tvm.ir import TensorLoad
 from tvm.runtime import DataType
+from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.target import Target
 
@@ -163,6 +164,18 @@ def allocated_shared_bytes(func: tirx.PrimFunc) -> int:
 def is_reduction(block: s_tir.SBlock) -> bool:
     """Whether ``block`` has a reduction iterator."""
     return any(iv.iter_type == tirx.IterVar.CommReduce for iv in block.iter_vars)
+
+
+def reduction_pair(sch: s_tir.Schedule):
+    """``(root, producer, consumer)``: the root block of a fused complex pair and the two reduction
+    blocks directly under it, in order; None without a root block or with another number of
+    reductions."""
+    try:
+        root = get_root_block(sch)
+    except Exception:  # pylint: disable=broad-except
+        return None
+    reductions = [b for b in sch.get_child_blocks(root) if is_reduction(sch.get(b))]
+    return (root, *reductions) if len(reductions) == 2 else None
 
 
 def is_plain_spatial(block: s_tir.SBlock, written: tirx.Buffer) -> bool:

@@ -10,7 +10,7 @@ never by name.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from tvm import s_tir, tirx
 from tvm.ir import TensorLoad
@@ -21,6 +21,7 @@ from .common import (
     const_int,
     inline_all_but,
     is_reduction,
+    reduction_pair,
     linear_coefficients,
     mac_operands,
     only_coefficients,
@@ -30,6 +31,9 @@ from .common import (
     var_position,
 )
 from .conv_pool_tiles import ConvPoolProblem
+
+if TYPE_CHECKING:  # the rule's Config, in annotations only
+    from .conv_pool import ConvPool
 
 SBlockRV = s_tir.schedule.SBlockRV
 
@@ -41,14 +45,10 @@ def match_conv_pool_group(  # pylint: disable=too-many-return-statements,too-man
 
     Returns ``(problem, pad, conv, pool, tail)`` (``pad``/``tail`` may be None) or None.
     """
-    try:
-        root = get_root_block(sch)
-    except Exception:  # pylint: disable=broad-except
+    pair = reduction_pair(sch)
+    if pair is None:
         return None
-    reductions = [b for b in sch.get_child_blocks(root) if is_reduction(sch.get(b))]
-    if len(reductions) != 2:
-        return None
-    conv, pool = reductions
+    root, conv, pool = pair
     conv_shape = _match_conv(sch, conv, config)
     if conv_shape is None:
         return None

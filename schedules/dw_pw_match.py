@@ -10,16 +10,19 @@ give the :class:`~.dw_pw_tiles.DwPwProblem` the tile model ranks. The pattern is
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
 
 from .common import (const_int, inline_all_but, is_plain_spatial, is_reduction, linear_coefficients,
-                     mac_operands, only_coefficients, padding_producer, tensor_loads, trivially_bound,
-                     var_position)
+                     mac_operands, only_coefficients, padding_producer, reduction_pair, tensor_loads,
+                     trivially_bound, var_position)
 from .depthwise_conv import match_depthwise, match_depthwise_group
 from .dw_pw_tiles import DwPwProblem
+
+if TYPE_CHECKING:  # the rule's Config, in annotations only
+    from .dw_pw import DepthwisePointwise
 
 SBlockRV = s_tir.schedule.SBlockRV
 
@@ -106,14 +109,10 @@ def match_dw_pw_group(  # pylint: disable=too-many-return-statements,too-many-lo
     Returns ``(problem, pad, dw, inter, pw, tail)`` (``pad``/``tail`` may be None; ``inter`` is
     None where the pointwise conv reads the depthwise result itself) or None.
     """
-    try:
-        root = get_root_block(sch)
-    except Exception:  # pylint: disable=broad-except
+    pair = reduction_pair(sch)
+    if pair is None:
         return None
-    reductions = [b for b in sch.get_child_blocks(root) if is_reduction(sch.get(b))]
-    if len(reductions) != 2:
-        return None
-    dw, pw = reductions
+    root, dw, pw = pair
     dw_problem = match_depthwise(sch, dw, config)
     pw_shape = _match_pointwise(sch, pw)
     if dw_problem is None or pw_shape is None:
