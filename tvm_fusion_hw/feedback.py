@@ -37,7 +37,7 @@ from .errors import FusionHWError
 from .fuse_pass import HardwareAwareFuseOps
 from .graph import CALL_TIR, COMM_REDUCE, OUT_EWISE_FUSABLE
 from .kernel_resources import KernelResources, occupancy_of
-from .pipeline import get_pipeline
+from .pipeline import extended_pass_context, get_pipeline
 from .policy import GroupSplit
 from .profile import HardwareProfile
 
@@ -149,10 +149,7 @@ def _build(mod, target, fuse: HardwareAwareFuseOps, progress, title: str, schedu
     if progress is not None:
         progress.total = max(progress.total, progress.done + 1)  # the loop decides how many builds
     with progress.stage(title, instrument_passes=True) if progress else contextlib.nullcontext():
-        now = tvm.transform.PassContext.current()  # keep the caller's options and instruments
-        with tvm.transform.PassContext(now.opt_level, required_pass=list(now.required_pass),
-                                       disabled_pass=list(now.disabled_pass), config=dict(now.config),
-                                       instruments=list(now.instruments) + [keep]):
+        with extended_pass_context(instruments=[keep]):  # keep the caller's options and instruments
             pipeline = get_pipeline(target, fuse_pass=fuse, schedules=schedules)
             executable = tvm.compile(mod, target=target, relax_pipeline=pipeline)
     return executable, _plan(keep.before, keep.after)

@@ -140,13 +140,21 @@ def pass_context(target: tvm.target.Target) -> tvm.transform.PassContext:
     """
     from .schedules.gemm import ASYNC_COPY_CONFIG, supports_async_copy  # pylint: disable=import-outside-toplevel
 
-    now = tvm.transform.PassContext.current()
-    config, disabled = dict(now.config), list(now.disabled_pass)
     if supports_async_copy(target):
-        config[ASYNC_COPY_CONFIG] = True
-        disabled.append(_ASYNC_DMA_PASS)
+        return extended_pass_context(config={ASYNC_COPY_CONFIG: True}, disabled_pass=[_ASYNC_DMA_PASS])
+    return extended_pass_context()
+
+
+def extended_pass_context(config: Optional[dict] = None, disabled_pass: Sequence[str] = (),
+                          instruments: Sequence = ()) -> tvm.transform.PassContext:
+    """The current PassContext with ``config`` added and ``disabled_pass`` and ``instruments``
+    appended; its opt level and every other option kept (so nested contexts of the plugin, e.g.
+    :func:`pass_context` around a progress line's pass instrument, do not drop each other's)."""
+    now = tvm.transform.PassContext.current()
     return tvm.transform.PassContext(opt_level=now.opt_level, required_pass=list(now.required_pass),
-                                     disabled_pass=disabled, instruments=list(now.instruments), config=config)
+                                     disabled_pass=list(now.disabled_pass) + list(disabled_pass),
+                                     instruments=list(now.instruments) + list(instruments),
+                                     config={**dict(now.config), **(config or {})})
 
 
 #: TVM's DMA lowering, which ``tirx.use_async_copy`` also switches on (``s_tir/pipeline.py``)

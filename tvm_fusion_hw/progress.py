@@ -53,10 +53,9 @@ class Progress:
         outcome = "failed after"
         try:
             if ticker is not None:
-                current = tvm.transform.PassContext.current()
-                with tvm.transform.PassContext(
-                    opt_level=current.opt_level, config=dict(current.config), instruments=[ticker]
-                ) as ctx:
+                from .pipeline import extended_pass_context  # pylint: disable=import-outside-toplevel
+
+                with extended_pass_context(instruments=[ticker]) as ctx:  # the caller's options kept
                     yield ctx
             else:
                 yield None
