@@ -5,7 +5,12 @@ they install inside the package as tvm_fusion_hw.schedules, tvm_fusion_hw.models
 data tvm_fusion_hw/targets/*.json, so the installed namespace stays one package.
 """
 
-from setuptools import setup
+from setuptools import find_packages, setup
+
+# tvm_fusion_hw/ and its subpackages, then schedules/ (and its subpackages) mapped inside it
+PACKAGES = find_packages(include=["tvm_fusion_hw", "tvm_fusion_hw.*"]) + [
+    "tvm_fusion_hw." + name for name in find_packages(include=["schedules", "schedules.*"])
+] + ["tvm_fusion_hw.models", "tvm_fusion_hw.targets"]
 
 setup(
     name="tvm_fusion_hw",
@@ -14,12 +19,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
-    packages=[
-        "tvm_fusion_hw",
-        "tvm_fusion_hw.schedules",
-        "tvm_fusion_hw.models",
-        "tvm_fusion_hw.targets",
-    ],
+    packages=PACKAGES,
     package_dir={
         "tvm_fusion_hw": "tvm_fusion_hw",
         "tvm_fusion_hw.schedules": "schedules",

@@ -19,8 +19,8 @@ from pathlib import Path
 import tvm
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw.bundle import DEFAULT_MODELS, import_model
-from tvm_fusion_hw.schedules.conv_pool_tiles import clear_caches
+from tvm_fusion_hw.bundle.writer import DEFAULT_MODELS, import_model
+from tvm_fusion_hw.schedules.conv_pool.tiles import clear_caches
 
 
 def measure(model: str, batch: int, target, repeat: int):

@@ -106,7 +106,7 @@ def kernel_times(row: dict, lib: str) -> Dict[str, dict]:
     if len(listed) < prof["distinct"]:  # a runner from before "all": the top rows only
         raise FusionHWError(f"{row['model']} b{row['batch']}: {lib}'s profile lists {len(listed)} of "
                             f"{prof['distinct']} kernels (a results.json from a runner that kept the top "
-                            f"rows only); rerun with this bench/runner.py")
+                            f"rows only); rerun with this version's bundle runner")
     return {k["name"]: k for k in listed}
 
 
@@ -127,7 +127,7 @@ def explain(model: str, batch: int, profile: str) -> Dict[str, str]:
     import tvm  # pylint: disable=import-outside-toplevel
 
     import tvm_fusion_hw as hw  # pylint: disable=import-outside-toplevel
-    from tvm_fusion_hw.bundle import import_model  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.bundle.writer import import_model  # pylint: disable=import-outside-toplevel
     from tvm_fusion_hw.schedule_report import explain_schedules  # pylint: disable=import-outside-toplevel
 
     mod = import_model(model, batch)[1]  # lifted: main's kernels have the bundle's names
@@ -225,7 +225,7 @@ def write_table(results: dict, out: Path, source: str, models=None, batches=None
     profile = profile or results.get("profile")
     if not profile:
         raise FusionHWError("results.json names no profile: give --profile")
-    from tvm_fusion_hw.bundle import source_commit  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.bundle.writer import source_commit  # pylint: disable=import-outside-toplevel
 
     here = source_commit()
     note = commit_note(results.get("bundle_commit"), here)

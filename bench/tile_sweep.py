@@ -33,7 +33,7 @@ def _tiles_to_try(rule, func, target, top, tile_changes=()):
     """The rule's ``top`` tiles, then the best tile with one choice changed (and each of those
     with prefetch flipped), then the best tile with each of ``tile_changes`` (``{field: value}``,
     e.g. a code-generation choice the cost model does not rank), without repeats."""
-    from tvm_fusion_hw.schedules.common import gpu_limits  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.schedules.base.limits import gpu_limits  # pylint: disable=import-outside-toplevel
 
     with target:
         problem, best, _ = rule.schedule_best(func, target)
@@ -72,7 +72,7 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=()) -> None:
     from tvm_fusion_hw.frontend import import_onnx
     from tvm_fusion_hw.models import build as build_model
     from tvm_fusion_hw.pipeline import fused_module
-    from tvm_fusion_hw.schedules.gemm import ImplicitGemm
+    from tvm_fusion_hw.schedules.gemm.rule import ImplicitGemm
 
     target = hw.target(profile)
     out.mkdir(parents=True, exist_ok=True)
@@ -81,7 +81,7 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=()) -> None:
         model, batch, kernel = case.split(":")
         if (model, batch) not in modules:
             mod = import_onnx(build_model(model, batch=int(batch)), keep_params_in_input=True)
-            modules[(model, batch)] = fused_module(mod, target, hw.HardwareAwareFuseOps(target))
+            modules[(model, batch)] = fused_module(mod, target, hw.fusion_pass(target))
         func = modules[(model, batch)][kernel]
         with hw.pass_context(target):  # ranks cp.async tiles as a build does
             problem, tiles = _tiles_to_try(rule, func, target, top, tile_changes)
@@ -183,7 +183,7 @@ def write_markdown(results, path: Path) -> None:
 def _tile_change(text: str):
     """``FIELD=VALUE[,FIELD=VALUE...]`` -> ``{field: value}``, for GemmTile's choice fields (ints
     and bools); the fields of one change apply together."""
-    from tvm_fusion_hw.schedules.gemm_tiles import GemmTile  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.schedules.gemm.tiles import GemmTile  # pylint: disable=import-outside-toplevel
 
     types = {f.name: str(f.type) for f in dataclasses.fields(GemmTile) if str(f.type) in ("int", "bool")}
     change = {}

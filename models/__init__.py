@@ -21,8 +21,7 @@ from tvm_fusion_hw.errors import FusionHWError
 
 from .bert import HIDDEN, build_bert_encoder_layer
 from .common import example_inputs, num_params
-from .micro import (CONV_POOL_SIZE, DW_PW_SIZE, ELTWISE_SIZE, LN_SIZE, build_conv_relu_pool,
-                    build_dw_pw, build_eltwise5, build_layernorm_residual, build_relu_add_mul)
+from .micro import (CONV_POOL_SIZE, DW_PW_SIZE, ELTWISE_SIZE, LN_SIZE, build_conv_relu_pool, build_dw_pw, build_eltwise5, build_layernorm_residual, build_relu_add_mul)
 from .mobilenet_v2 import build_mobilenet_v2
 from .resnet50 import build_resnet50
 from .squeezenet import build_squeezenet1_1

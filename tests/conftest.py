@@ -48,7 +48,7 @@ class ModelRunner:
             if profile is None:
                 pipeline = hw.stock_pipeline(LLVM)
             else:
-                fuse = hw.HardwareAwareFuseOps(profile)
+                fuse = hw.fusion_pass(profile)
                 pipeline = hw.get_pipeline(LLVM, fuse_pass=fuse)
             ex = tvm.compile(mod, target=LLVM, relax_pipeline=pipeline)
             if profile is not None:

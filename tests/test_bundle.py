@@ -1,4 +1,4 @@
-"""Tests for tvm_fusion_hw.bundle and bench/runner.py (CPU only).
+"""Tests for tvm_fusion_hw.bundle and its runner (CPU only).
 
 An llvm bundle of two micro-graphs is run by the bundle's own run.py under an interpreter that
 cannot import the installed tvm (``python -S`` with only numpy on PYTHONPATH), so the bundle's
@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 import tvm
 
-from tvm_fusion_hw import bundle, stock_pipeline, target, toolchain
-from tvm_fusion_hw.bundle_variants import parse_variant, parse_variants, pipeline_knobs
+from tvm_fusion_hw.bundle import writer as bundle
+from tvm_fusion_hw import stock_pipeline, target
+from tvm_fusion_hw.hardware import toolchain
+from tvm_fusion_hw.bundle.variants import parse_variant, parse_variants, pipeline_knobs
 from tvm_fusion_hw.errors import FusionHWError
 
 PYVER = f"{sys.version_info.major}.{sys.version_info.minor}"

@@ -7,7 +7,7 @@ import pytest
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.cli import main
 from tvm_fusion_hw.frontend import import_onnx
-from tvm_fusion_hw.profile import TARGETS_DIR_CANDIDATES, known_profiles
+from tvm_fusion_hw.hardware.profile import TARGETS_DIR_CANDIDATES, known_profiles
 
 
 def run_cli(capsys, *argv):
@@ -107,6 +107,6 @@ def test_library_errors_are_fusion_hw_errors(tmp_path):
     import tvm
 
     with pytest.raises(hw.FusionHWError, match="carries no hardware profile"):
-        hw.HardwareAwareFuseOps(tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
+        hw.fusion_pass(tvm.target.Target({"kind": "cuda", "arch": "sm_90"}))
     with pytest.raises(hw.FusionHWError, match="not supported"):
         hw.get_pipeline(tvm.target.Target({"kind": "vulkan"}), profile="nvidia-h200")

@@ -19,12 +19,13 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw import kernel_launches, ptxas, toolchain
-from tvm_fusion_hw.feedback import compile_with_feedback
-from tvm_fusion_hw.kernel_resources import KernelResources
-from tvm_fusion_hw.occupancy import register_budget
+from tvm_fusion_hw.feedback import kernel_launches, ptxas
+from tvm_fusion_hw.hardware import toolchain
+from tvm_fusion_hw.feedback.split_loop import compile_with_feedback
+from tvm_fusion_hw.feedback.kernel_resources import KernelResources
+from tvm_fusion_hw.hardware.occupancy import register_budget
 from tvm_fusion_hw.pipeline import fused_module
-from tvm_fusion_hw.policy import FusionPolicy, GroupSplit, PolicyConfig
+from tvm_fusion_hw.fusion.policy import FusionPolicy, GroupSplit, PolicyConfig
 
 H200 = "nvidia-h200"
 LLVM = tvm.target.Target({"kind": "llvm"})
@@ -150,13 +151,13 @@ def lowered(mod):
 def test_a_split_group_keeps_at_most_half_of_its_ops():
     names = tuple(f"v{i}" for i in range(5))
     split = GroupSplit(names, "measured: 64 regs")
-    fuse = hw.HardwareAwareFuseOps(H200, split_groups=(split,))
+    fuse = hw.fusion_pass(H200, split_groups=(split,))
     fuse(lowered(chain(6)))
     assert sorted(len(g.members) for g in fuse.report.groups) == [2, 3]
     (refused,) = fuse.report.find("feedback-split")
     assert refused.reason.startswith("measured: 64 regs; at most 3 of its 5 ops")
     with pytest.raises(hw.FusionHWError, match="split_groups"):
-        hw.HardwareAwareFuseOps(H200, split_groups=(GroupSplit(("v0",)),))
+        hw.fusion_pass(H200, split_groups=(GroupSplit(("v0",)),))
 
 
 # ---- real measurements -------------------------------------------------------------------------
@@ -324,7 +325,7 @@ def test_where_the_cap_binds_on_a_19_op_tree():
     mod = tree(20)
     binds = {}
     for name in hw.known_profiles():
-        fuse = hw.HardwareAwareFuseOps(name)
+        fuse = hw.fusion_pass(name)
         fused_module(mod, LLVM, fuse)
         binds[name] = fuse.report.depth_cap_binds() > 0
         assert f"fusion depth cap binds on this module: {'yes' if binds[name] else 'no'}" in str(fuse.report)

@@ -27,7 +27,7 @@ BOTH_PAIRS = ("conv->window", "depthwise_conv->pointwise_conv")
 
 def fuse(mod, profile, **knobs):
     knobs.setdefault("pair_templates", BOTH_PAIRS)
-    return hw.HardwareAwareFuseOps(profile, **knobs)(lower(mod))
+    return hw.fusion_pass(profile, **knobs)(lower(mod))
 
 
 # ---- conv + ReLU + 2x2 max-pool, conv_relu_pool's shape at batch 32 --------------------------
@@ -110,7 +110,7 @@ def test_complex_pairs_knob_turns_the_pair_off():
 
 def test_pair_without_a_template_stays_apart():
     """Without a template dlight would stage the pair through global memory: no gain."""
-    pass_ = hw.HardwareAwareFuseOps("nvidia-h200", pair_templates=())
+    pass_ = hw.fusion_pass("nvidia-h200", pair_templates=())
     after = pass_(lower(ConvReluPool))
     tvm.ir.assert_structural_equal(after, lower(ConvReluPoolStaged))
     (decision,) = pass_.report.find("complex-pair")

@@ -1,4 +1,4 @@
-"""Tests for tvm_fusion_hw.kernel_resources and its readers (ptxas, amdgpu_metadata,
+"""Tests for tvm_fusion_hw.feedback.kernel_resources and its readers (ptxas, amdgpu_metadata,
 kernel_launches): per-kernel registers, spills, shared memory, launch.
 
 The parsers are checked on captured outputs (ptxas -v of CUDA 13.0 and of CUDA 12, the AMDGPU
@@ -17,11 +17,12 @@ import tvm
 from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw import amdgpu_metadata, kernel_launches, ptxas, toolchain
-from tvm_fusion_hw import kernel_resources as kres
+from tvm_fusion_hw.feedback import amdgpu_metadata, kernel_launches, ptxas
+from tvm_fusion_hw.hardware import toolchain
+from tvm_fusion_hw.feedback import kernel_resources as kres
 from tvm_fusion_hw.errors import FusionHWError
 from tvm_fusion_hw.frontend import import_onnx
-from tvm_fusion_hw.kernel_resources import KernelResources, measure, occupancy_of
+from tvm_fusion_hw.feedback.kernel_resources import KernelResources, measure, occupancy_of
 from tvm_fusion_hw.models import build
 
 NEED_NVCC = pytest.mark.skipif(not toolchain.have_nvcc(), reason="nvcc (CUDA toolkit) not found")

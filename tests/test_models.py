@@ -15,8 +15,7 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 from tvm_fusion_hw.errors import FusionHWError
-from tvm_fusion_hw.models import (MODELS, build, example_inputs, input_shape, input_shapes,
-                                  list_models, num_params)
+from tvm_fusion_hw.models import (MODELS, build, example_inputs, input_shape, input_shapes, list_models, num_params)
 
 FULL = ["mobilenet_v2", "resnet50", "squeezenet1_1", "bert_encoder_layer"]
 MICRO = ["relu_add_mul", "eltwise5", "conv_relu_pool", "dw_pw", "layernorm_residual"]

@@ -1,4 +1,4 @@
-"""Tests for tvm_fusion_hw.occupancy against the vendors' published methods.
+"""Tests for tvm_fusion_hw.hardware.occupancy against the vendors' published methods.
 
 NVIDIA: ``tests/data/occupancy_cuda_occupancy_h.json`` holds the answers of the CUDA Toolkit's own
 calculator, ``cudaOccMaxActiveBlocksPerMultiprocessor`` in ``cuda_occupancy.h``, for a grid of
@@ -30,15 +30,7 @@ import pytest
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.errors import FusionHWError
-from tvm_fusion_hw.occupancy import (
-    CUDA_REGS_PER_BLOCK,
-    Occupancy,
-    cuda_compute_capability,
-    cuda_max_blocks_per_sm,
-    occupancy,
-    register_budget,
-    register_limited_warps,
-)
+from tvm_fusion_hw.hardware.occupancy import (CUDA_REGS_PER_BLOCK, Occupancy, cuda_compute_capability, cuda_max_blocks_per_sm, occupancy, register_budget, register_limited_warps)
 
 DATA = Path(__file__).resolve().parent / "data" / "occupancy_cuda_occupancy_h.json"
 #: The CUDA driver's own answers on a real H200 (cuOccupancyMaxActiveBlocksPerMultiprocessor), for
@@ -56,7 +48,7 @@ GRID = {
     # three are the opt-in limits (99, 163, 227 KB) and one byte over the largest.
     "shared_bytes": [0, 1, 8192, 49152, 55296, 57856, 101376, 166912, 232448, 232449],
 }
-#: cudaOccLimitingFactor bits, and the limiter names of tvm_fusion_hw.occupancy they stand for.
+#: cudaOccLimitingFactor bits, and the limiter names of tvm_fusion_hw.hardware.occupancy they stand for.
 LIMIT_BITS = {"threads": 0x01, "block size": 0x01, "registers": 0x02, "shared memory": 0x04, "block slots": 0x08}
 
 #: The C++ program that asks cuda_occupancy.h. Function attributes as a cudaFuncAttributes converts

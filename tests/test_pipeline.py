@@ -6,7 +6,7 @@ import tvm
 from tvm import relax
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw import toolchain
+from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.models import list_models
 
 MICRO = ["relu_add_mul", "eltwise5", "conv_relu_pool", "dw_pw", "layernorm_residual"]
@@ -48,7 +48,7 @@ def test_pipeline_differs_from_stock_only_in_fusion_and_schedules():
 
     target = hw.target("nvidia-h200")
     stock = [p.info.name for p in cuda.legalize_passes(target)]
-    fuse = hw.HardwareAwareFuseOps(target)
+    fuse = hw.fusion_pass(target)
     for schedules in (True, False):
         ours = [p.info.name for p in hw.pipeline.legalize_passes(target, fuse, schedules)]
         expected = []
@@ -82,7 +82,7 @@ def test_every_scheduled_loop_runs_on_the_gpu(runner, model, profile):
 
     target = hw.target(profile)
     mod, _, _ = runner.module(model)
-    fused = fused_module(relax.transform.LiftTransformParams()(mod), target, hw.HardwareAwareFuseOps(target))
+    fused = fused_module(relax.transform.LiftTransformParams()(mod), target, hw.fusion_pass(target))
     with target:
         scheduled = schedule_pass()(fused)
     assert top_level_host_loops(scheduled) == []

@@ -5,21 +5,29 @@ from types import SimpleNamespace
 import pytest
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw.occupancy import occupancy, register_budget
-from tvm_fusion_hw.policy import FusionPolicy, PolicyConfig
-from tvm_fusion_hw.schedules.plans import KernelPlan
+from tvm_fusion_hw.hardware.occupancy import occupancy, register_budget
+from tvm_fusion_hw.fusion.policy import FusionPolicy, PolicyConfig
+from tvm_fusion_hw.plans import KernelPlan, TemplatePlanners
+from tvm_fusion_hw.schedules import template_planners
 
 
 BOTH_PAIRS = ("conv->window", "depthwise_conv->pointwise_conv")
 
 
-def report_for(runner, model, profile, batch=1, **knobs):
+def planners_with(pairs=None, kernel_plan=None):
+    """The schedule templates' planners with some pair entries (or the part planner) replaced."""
+    base = template_planners()
+    return TemplatePlanners(pairs={**base.pairs, **(pairs or {})}, fused_by_default=base.fused_by_default,
+                            kernel_plan=kernel_plan or base.kernel_plan)
+
+
+def report_for(runner, model, profile, batch=1, planners=None, **knobs):
     """The decisions on ``profile``; complex pairs count as templated unless a knob says not."""
     import tvm
     from tvm_fusion_hw.pipeline import fused_module
 
     knobs.setdefault("pair_templates", BOTH_PAIRS)
-    fuse = hw.HardwareAwareFuseOps(profile, **knobs)
+    fuse = hw.HardwareAwareFuseOps(profile, planners=planners or template_planners(), **knobs)
     mod, _, _ = runner.module(model, batch)
     fused_module(mod, tvm.target.Target({"kind": "llvm"}), fuse)
     return fuse.report
@@ -32,10 +40,10 @@ def complex_pairs(report):
 def conv_pool_tile(runner, profile, batch):
     """The tile ConvPool plans for conv_relu_pool's fused PrimFunc on ``profile`` (the pair forced)."""
     from tvm_fusion_hw.pipeline import fused_module
-    from tvm_fusion_hw.schedules.conv_pool import ConvPool
+    from tvm_fusion_hw.schedules.conv_pool.rule import ConvPool
 
     target = hw.target(profile)
-    fuse = hw.HardwareAwareFuseOps(target, pair_templates=("conv->window",), max_occupancy_drop=0.99)
+    fuse = hw.fusion_pass(target, pair_templates=("conv->window",), max_occupancy_drop=0.99)
     mod, _, _ = runner.module("conv_relu_pool", batch)
     fused = fused_module(mod, target, fuse)
     return ConvPool().plan(fused["fused_conv2d_add_relu_max_pool2d"], target)[1]
@@ -63,7 +71,7 @@ def test_conv_pool_decision_uses_the_templates_plan(runner, profile, batch):
 
 
 @pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-rtx-3060", "amd-mi300x"])
-def test_conv_pool_fuses_where_the_template_fits(runner, profile, monkeypatch):
+def test_conv_pool_fuses_where_the_template_fits(runner, profile):
     """Batch 32: the policy's own tile model (a shared-memory tile of 2 warps of pixels x the pool
     window x 32 channels) refused the pair on the RTX 3060 (occupancy) and the MI300X (72 KiB of
     LDS); ConvPool keeps the conv outputs in registers and stages 8-29 KiB of operands, and its
@@ -73,11 +81,10 @@ def test_conv_pool_fuses_where_the_template_fits(runner, profile, monkeypatch):
     assert planned.reason.startswith("conv -> window: one kernel, the ConvPool template's plan")
     assert planned.figures["unfused_occupancy_from"] == "unfused, ImplicitGemm plan"
     # The same pair judged by the tile model (the template registered as a plain check).
-    from tvm_fusion_hw.schedules import PAIR_TEMPLATES
-    from tvm_fusion_hw.schedules.conv_pool import supports_pair
+    from tvm_fusion_hw.schedules.conv_pool.rule import supports_pair
 
-    monkeypatch.setitem(PAIR_TEMPLATES, "conv->window", supports_pair)
-    (modelled,) = complex_pairs(report_for(runner, "conv_relu_pool", profile, 32))
+    check = planners_with({"conv->window": supports_pair})
+    (modelled,) = complex_pairs(report_for(runner, "conv_relu_pool", profile, 32, planners=check))
     assert modelled.figures["figures_from"] == "policy tile model"
     assert modelled.fused == (profile == "nvidia-h200"), modelled.reason
 
@@ -107,11 +114,9 @@ def out_shape(func):
     return tuple(int(d) for d in func.params[-1].ty.shape)
 
 
-def part_plans(monkeypatch, plan):
+def part_plans(plan):
     """Every unfused part planned as ``plan`` (the occupancy baseline, independent of ImplicitGemm)."""
-    from tvm_fusion_hw.schedules import plans
-
-    monkeypatch.setattr(plans, "kernel_plan", lambda func, target, rules=None: plan)
+    return lambda func, target: plan
 
 
 @pytest.mark.parametrize("planned, staged_by", [
@@ -121,18 +126,16 @@ def part_plans(monkeypatch, plan):
     (None, None),
     (SimpleNamespace(threads=256, registers_estimate=32, shared_bytes=4096, blocks=392), None),
 ])
-def test_a_planner_decides_with_its_plan(runner, monkeypatch, planned, staged_by):
-    from tvm_fusion_hw.schedules import PAIR_TEMPLATES
-
+def test_a_planner_decides_with_its_plan(runner, planned, staged_by):
     asked = []
 
     def planner(producer, consumer, target):
         asked.append((out_shape(producer), out_shape(consumer), str(target.tag)))
         return planned
 
-    monkeypatch.setitem(PAIR_TEMPLATES, "conv->window", planner)
-    part_plans(monkeypatch, KernelPlan("Part", 256, 32, 0))  # 64 warps a multiprocessor
-    (pair,) = complex_pairs(report_for(runner, "conv_relu_pool", "nvidia-h200"))
+    planners = planners_with({"conv->window": planner},
+                             kernel_plan=part_plans(KernelPlan("Part", 256, 32, 0)))  # 64 warps an SM
+    (pair,) = complex_pairs(report_for(runner, "conv_relu_pool", "nvidia-h200", planners=planners))
     assert asked == [((1, 64, 112, 112), (1, 64, 56, 56), "nvidia-h200")]  # the unfused conv, pool
     if planned is None:
         assert not pair.fused and not pair.staged
@@ -146,38 +149,36 @@ def test_a_planner_decides_with_its_plan(runner, monkeypatch, planned, staged_by
         assert pair.figures["plan_blocks"] == 392 and "unfused, Part plan)" in pair.reason
 
 
-def test_a_plain_check_still_works(runner, monkeypatch):
+def test_a_plain_check_still_works(runner):
     """A check ``(producer, consumer) -> bool`` gives no plan: the policy's own tile model judges
     the fit, as before plans (and as a depthwise->pointwise check registered later will)."""
-    from tvm_fusion_hw.schedules import PAIR_TEMPLATES
-
     calls = []
-    monkeypatch.setitem(PAIR_TEMPLATES, "conv->window", lambda producer, consumer: calls.append(1) or True)
-    (h200,) = complex_pairs(report_for(runner, "conv_relu_pool", "nvidia-h200"))
+    check = planners_with({"conv->window": lambda producer, consumer: calls.append(1) or True})
+    (h200,) = complex_pairs(report_for(runner, "conv_relu_pool", "nvidia-h200", planners=check))
     assert h200.fused and calls, h200.reason
     assert h200.figures["figures_from"] == "policy tile model"
     assert h200.figures["intermediate_tile_bytes"] == 64 * 4 * 32 * 4  # 2 warps of pixels x 2x2 x 32 channels
     assert h200.reason.startswith("conv -> window: 32.0 KiB tile in shared memory")
-    (rtx,) = complex_pairs(report_for(runner, "conv_relu_pool", "nvidia-rtx-3060"))
+    (rtx,) = complex_pairs(report_for(runner, "conv_relu_pool", "nvidia-rtx-3060", planners=check))
     assert not rtx.fused and rtx.staged and rtx.figures["occupancy_drop"] > 0.20
     assert rtx.reason.startswith("conv -> window: staged: occupancy") and "(policy tile model)" in rtx.reason
     assert "one global round trip" in rtx.reason
-    (amd,) = complex_pairs(report_for(runner, "conv_relu_pool", "amd-mi300x"))
+    (amd,) = complex_pairs(report_for(runner, "conv_relu_pool", "amd-mi300x", planners=check))
     assert amd.figures["intermediate_tile_bytes"] == 2 * h200.figures["intermediate_tile_bytes"]  # wave64
     assert amd.staged and "exceeds 64 KiB" in amd.reason
-    monkeypatch.setitem(PAIR_TEMPLATES, "conv->window", lambda producer, consumer: False)
-    (declined,) = complex_pairs(report_for(runner, "conv_relu_pool", "nvidia-h200"))
+    declines = planners_with({"conv->window": lambda producer, consumer: False})
+    (declined,) = complex_pairs(report_for(runner, "conv_relu_pool", "nvidia-h200", planners=declines))
     assert not declined.fused and "template does not take this pair" in declined.reason
     # A depthwise->pointwise check registered the same way.
     seen = []
-    monkeypatch.setitem(PAIR_TEMPLATES, "depthwise_conv->pointwise_conv",
-                        lambda producer, consumer: seen.append(out_shape(producer)) or True)
-    (dw_pw,) = complex_pairs(report_for(runner, "dw_pw", "nvidia-h200"))
+    dw_check = planners_with({"depthwise_conv->pointwise_conv":
+                              lambda producer, consumer: seen.append(out_shape(producer)) or True})
+    (dw_pw,) = complex_pairs(report_for(runner, "dw_pw", "nvidia-h200", planners=dw_check))
     assert dw_pw.fused and seen == [(1, 144, 56, 56)] and dw_pw.figures["figures_from"] == "policy tile model"
 
 
 def test_ask_pair_template_tells_checks_from_planners():
-    from tvm_fusion_hw.schedules.plans import ask_pair_template, plans_with_target
+    from tvm_fusion_hw.plans import ask_pair_template, plans_with_target
 
     plan = KernelPlan("P", 128, 64, 1024)
     assert not plans_with_target(lambda producer, consumer: True)
@@ -214,7 +215,7 @@ def test_register_budget_and_depth_cap_follow_the_profile():
 
 def test_depth_cap_binds_on_a_long_chain(runner):
     """A tight occupancy target leaves too few registers for the whole 5-op chain."""
-    fuse = hw.HardwareAwareFuseOps("nvidia-h200", target_occupancy=1.0)
+    fuse = hw.fusion_pass("nvidia-h200", target_occupancy=1.0)
     import tvm
     from tvm_fusion_hw.pipeline import fused_module
 
@@ -227,7 +228,7 @@ def test_depth_cap_binds_on_a_long_chain(runner):
 
 def test_regime_is_relative_to_the_ridge_point():
     """20 FLOP/B is compute-bound on the H200 (ridge 14) and memory-bound on the RTX 3060 (35)."""
-    from tvm_fusion_hw.analysis import GroupCost
+    from tvm_fusion_hw.fusion.analysis import GroupCost
 
     cost = GroupCost(flops=20e6, compulsory_bytes=1_000_000, saved_bytes=0, live_values=1, members=1)
     assert cost.regime(hw.load_profile("nvidia-h200")) == "compute-bound"
@@ -240,9 +241,9 @@ def test_regime_is_relative_to_the_ridge_point():
 @pytest.mark.parametrize("knob, value", [("target_occupancy", 0), ("max_occupancy_drop", 1.5), ("max_depth", 0)])
 def test_bad_knobs_are_one_line_errors(knob, value):
     with pytest.raises(hw.FusionHWError, match=knob):
-        hw.HardwareAwareFuseOps("nvidia-h200", **{knob: value})
+        hw.fusion_pass("nvidia-h200", **{knob: value})
 
 
 def test_unknown_knob_lists_known_ones():
     with pytest.raises(hw.FusionHWError, match="target_occupancy"):
-        hw.HardwareAwareFuseOps("nvidia-h200", occupancy=0.3)
+        hw.fusion_pass("nvidia-h200", occupancy=0.3)

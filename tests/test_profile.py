@@ -1,19 +1,12 @@
-"""Tests for tvm_fusion_hw.profile: the shipped hardware profiles and the validator (CPU only)."""
+"""Tests for tvm_fusion_hw.hardware.profile: the shipped hardware profiles and the validator (CPU only)."""
 
 import json
 
 import pytest
 
-import tvm_fusion_hw.profile as profile_module
+import tvm_fusion_hw.hardware.profile as profile_module
 from tvm_fusion_hw.errors import FusionHWError
-from tvm_fusion_hw.profile import (
-    NUMERIC_FIELDS,
-    HardwareProfile,
-    known_profiles,
-    load_profile,
-    load_profile_file,
-    profile_from_dict,
-)
+from tvm_fusion_hw.hardware.profile import (NUMERIC_FIELDS, HardwareProfile, known_profiles, load_profile, load_profile_file, profile_from_dict)
 
 EXPECTED_PROFILES = {
     "nvidia-h200",

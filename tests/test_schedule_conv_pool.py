@@ -35,18 +35,19 @@ import tvm
 from tvm import relax
 
 import tvm_fusion_hw as hw
-import tvm_fusion_hw.schedules as hw_schedules
-from tvm_fusion_hw import kernel_resources, toolchain
+from tvm_fusion_hw.feedback import kernel_resources
+from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build, example_inputs
 from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.pipeline import fused_module
-from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
-from tvm_fusion_hw.schedules.conv_pool import ConvPool, pair_plan, supports_pair
-from tvm_fusion_hw.schedules import conv_pool_tiles, shared_banks
-from tvm_fusion_hw.schedules.conv_pool_tiles import ConvPoolProblem, evaluate_tile, rank_tiles
-from tvm_fusion_hw.schedules.depthwise_conv import DepthwiseConv
-from tvm_fusion_hw.schedules.plans import KernelPlan
+from tvm_fusion_hw.schedules.base.probe import allocated_shared_bytes
+from tvm_fusion_hw.schedules.base.limits import gpu_limits
+from tvm_fusion_hw.schedules.conv_pool.rule import ConvPool, pair_plan, supports_pair
+from tvm_fusion_hw.schedules.conv_pool import tiles as conv_pool_tiles, shared_banks
+from tvm_fusion_hw.schedules.conv_pool.tiles import ConvPoolProblem, evaluate_tile, rank_tiles
+from tvm_fusion_hw.schedules.depthwise.rule import DepthwiseConv
+from tvm_fusion_hw.plans import KernelPlan
 from tir_checks import assert_schedule_preserves_numerics, cuda_source, prim_funcs
 
 H200 = "nvidia-h200"
@@ -66,7 +67,7 @@ CONV_POOL_KNOBS = {"pair_templates": ("conv->window",), "max_occupancy_drop": 0.
 # ---- helpers -----------------------------------------------------------------------------------
 def conv_relu_pool_funcs(batch, target_name=H200):
     target = hw.target(target_name)
-    fuse = hw.HardwareAwareFuseOps(target, **CONV_POOL_KNOBS)
+    fuse = hw.fusion_pass(target, **CONV_POOL_KNOBS)
     return prim_funcs(fused_module(import_onnx(build("conv_relu_pool", batch=batch)), target, fuse))
 
 
@@ -88,7 +89,7 @@ def conv_pool_model(cin=8, cout=8, hw_=16, k=3, pad=1, stride=1, pool="max", pk=
 def fused_pool_func(target_name=H200, knobs=None, **case):
     """The one PrimFunc of ``conv_pool_model(**case)`` our fusion makes with a pool in it."""
     target = hw.target(target_name)
-    fuse = hw.HardwareAwareFuseOps(target, **(knobs or PAIR_KNOBS))
+    fuse = hw.fusion_pass(target, **(knobs or PAIR_KNOBS))
     funcs = prim_funcs(fused_module(import_onnx(conv_pool_model(**case)), target, fuse))
     pools = [f for n, f in funcs.items() if "pool" in n]
     assert len(pools) == 1, list(funcs)
@@ -98,9 +99,8 @@ def fused_pool_func(target_name=H200, knobs=None, **case):
 def pipeline(target, monkeypatch, rule=True, knobs=None):
     """``get_pipeline`` with ConvPool (and DepthwiseConv) as the package's rules."""
     rules = [ConvPool(), DepthwiseConv()] if rule else []
-    monkeypatch.setattr(hw_schedules, "default_rules", lambda: rules)
     knobs = knobs or CONV_POOL_KNOBS
-    return hw.get_pipeline(target, fuse_pass=hw.HardwareAwareFuseOps(target, **knobs))
+    return hw.get_pipeline(target, fuse_pass=hw.fusion_pass(target, **knobs), schedules=rules)
 
 
 def compile_conv_relu_pool(target, monkeypatch, batch=1, rule=True, knobs=None):
@@ -164,7 +164,7 @@ def test_declines_kernels_that_are_not_conv_then_pool():
     assert {"fused_conv2d_add_relu", "max_pool2d"} <= set(stock)
     declined = dict(stock)
     declined.update(prim_funcs(fused_module(import_onnx(build("relu_add_mul")), target)))
-    dw_pw = hw.HardwareAwareFuseOps(target, pair_templates=("depthwise_conv->pointwise_conv",))
+    dw_pw = hw.fusion_pass(target, pair_templates=("depthwise_conv->pointwise_conv",))
     declined.update(prim_funcs(fused_module(import_onnx(build("dw_pw")), target, dw_pw)))
     g = GraphBuilder(0)
     x = g.input("input", [2, 16, 64])
@@ -208,7 +208,7 @@ def test_pair_plan_is_the_rules_plan_of_the_fused_function(name, batch):
     then plans for the fused PrimFunc: threads, registers, shared memory and blocks."""
     target = hw.target(name)
     mod = import_onnx(build("conv_relu_pool", batch=batch))
-    unfused = prim_funcs(fused_module(mod, target, hw.HardwareAwareFuseOps(target, max_depth=1)))
+    unfused = prim_funcs(fused_module(mod, target, hw.fusion_pass(target, max_depth=1)))
     plan = pair_plan(unfused["conv2d"], unfused["max_pool2d"], target)
     _, tile = ConvPool().plan(conv_relu_pool_funcs(batch, name)[FUSED], target)
     assert plan == KernelPlan("ConvPool", tile.threads, tile.registers_estimate, tile.shared_bytes,

@@ -31,8 +31,9 @@ import tvm_fusion_hw as hw
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.models.common import GraphBuilder
-from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
-from tvm_fusion_hw.schedules.depthwise_conv import DepthwiseConv
+from tvm_fusion_hw.schedules.base.probe import allocated_shared_bytes
+from tvm_fusion_hw.schedules.base.limits import gpu_limits
+from tvm_fusion_hw.schedules.depthwise.rule import DepthwiseConv
 from tir_checks import (assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs,
                         ptxas_report, run_model)
 
@@ -49,7 +50,7 @@ def fuse(mod, target, ours=True):
             relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(),
-            hw.HardwareAwareFuseOps(target) if ours else relax.transform.FuseOps(),
+            hw.fusion_pass(target) if ours else relax.transform.FuseOps(),
             relax.transform.FuseTIR(),
         ])(mod)
 

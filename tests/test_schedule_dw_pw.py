@@ -33,14 +33,16 @@ from tvm import s_tir, tirx
 
 import tvm_fusion_hw as hw
 import tvm_fusion_hw.schedules as hw_schedules
-from tvm_fusion_hw import kernel_resources, toolchain
+from tvm_fusion_hw.feedback import kernel_resources
+from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.pipeline import fused_module
-from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
-from tvm_fusion_hw.schedules.dw_pw import DepthwisePointwise, pair_plan, supports_pair
-from tvm_fusion_hw.schedules.dw_pw_tiles import evaluate_tile, rank_tiles
+from tvm_fusion_hw.schedules.base.probe import allocated_shared_bytes
+from tvm_fusion_hw.schedules.base.limits import gpu_limits
+from tvm_fusion_hw.schedules.dw_pw.rule import DepthwisePointwise, pair_plan, supports_pair
+from tvm_fusion_hw.schedules.dw_pw.tiles import evaluate_tile, rank_tiles
 from tir_checks import (assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs,
                         ptxas_report, run_model)
 
@@ -86,7 +88,7 @@ def is_dw_pw_kernel(func):
 def fused_funcs(model, batch=1, target_name=H200, **knobs):
     target = hw.target(target_name)
     knobs.setdefault("pair_templates", KNOB)
-    fuse = hw.HardwareAwareFuseOps(target, **knobs)
+    fuse = hw.fusion_pass(target, **knobs)
     return prim_funcs(fused_module(import_onnx(build(model, batch=batch)), target, fuse))
 
 
@@ -115,7 +117,7 @@ def dw_pw_model(c=16, cout=8, hw_=14, k=3, stride=1, pad=None, batch=1, bn=True,
 def fused_variant(**case):
     """The one PrimFunc of ``dw_pw_model(**case)`` that holds both convs (the pair forced)."""
     target = hw.target(H200)
-    fuse = hw.HardwareAwareFuseOps(target, pair_templates=(PAIR,), max_occupancy_drop=0.99)
+    fuse = hw.fusion_pass(target, pair_templates=(PAIR,), max_occupancy_drop=0.99)
     funcs = prim_funcs(fused_module(import_onnx(dw_pw_model(**case)), target, fuse))
     pairs = [f for f in funcs.values() if is_dw_pw_kernel(f)]
     assert len(pairs) == 1, list(funcs)

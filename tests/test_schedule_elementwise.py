@@ -30,12 +30,13 @@ from tvm import relax
 from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw import kernel_resources, toolchain
+from tvm_fusion_hw.feedback import kernel_resources
+from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.pipeline import fused_module
-from tvm_fusion_hw.schedules.common import gpu_limits
-from tvm_fusion_hw.schedules.elementwise import VectorizedElementwise, register_budget
+from tvm_fusion_hw.schedules.base.limits import gpu_limits
+from tvm_fusion_hw.schedules.elementwise.rule import VectorizedElementwise, register_budget
 from tir_checks import LLVM, assert_schedule_preserves_numerics, cuda_source, prim_funcs, run_model
 
 H200 = "nvidia-h200"
@@ -46,7 +47,7 @@ MICRO = {"eltwise5": "fused_relu_add_tir_sigmoid_multiply", "relu_add_mul": "fus
 def fused_funcs(model, batch, target):
     """{name: PrimFunc} of ``model`` fused by our pass for ``target``, before scheduling."""
     mod = import_onnx(build(model, batch=batch), keep_params_in_input=True)
-    return prim_funcs(fused_module(mod, target, hw.HardwareAwareFuseOps(target)))
+    return prim_funcs(fused_module(mod, target, hw.fusion_pass(target)))
 
 
 def pipeline(target):
@@ -65,7 +66,7 @@ def chain_func(inputs, target, shape=(256, 1024)):
                 acc = bb.emit((relax.op.add if i % 2 == 0 else relax.op.multiply)(acc, x))
             out = bb.emit_output(acc)
         bb.emit_func_output(out)
-    (func,) = prim_funcs(fused_module(bb.get(), target, hw.HardwareAwareFuseOps(target, max_depth=64))).values()
+    (func,) = prim_funcs(fused_module(bb.get(), target, hw.fusion_pass(target, max_depth=64))).values()
     return func
 
 

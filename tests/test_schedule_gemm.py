@@ -29,13 +29,14 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw.analysis import analyze_func
+from tvm_fusion_hw.fusion.analysis import analyze_func
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.pipeline import fused_module, get_pipeline
-from tvm_fusion_hw.schedules.common import allocated_shared_bytes, gpu_limits
-from tvm_fusion_hw.schedules import gemm_tiles
-from tvm_fusion_hw.schedules.gemm import ASYNC_COPY_CONFIG, ImplicitGemm, async_copy_enabled
+from tvm_fusion_hw.schedules.base.probe import allocated_shared_bytes
+from tvm_fusion_hw.schedules.base.limits import gpu_limits
+from tvm_fusion_hw.schedules.gemm import tiles as gemm_tiles
+from tvm_fusion_hw.schedules.gemm.rule import ASYNC_COPY_CONFIG, ImplicitGemm, async_copy_enabled
 from tir_checks import (assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs, ptxas_report,
                         run_model)
 
@@ -55,7 +56,7 @@ def fused():
     out = {}
     for model, batch in (("resnet50", 1), ("resnet50", 32), ("bert_encoder_layer", 1)):
         mod = import_onnx(build(model, batch=batch), keep_params_in_input=True)
-        out[(model, batch)] = prim_funcs(fused_module(mod, target, hw.HardwareAwareFuseOps(target)))
+        out[(model, batch)] = prim_funcs(fused_module(mod, target, hw.fusion_pass(target)))
     return out
 
 
@@ -114,7 +115,7 @@ def test_split_k_with_relu6_clip_constants():
     without loops, which rfactor (split K) cannot work around; the rule inlines them first."""
     target = hw.target(H200)
     mod = import_onnx(build("mobilenet_v2", batch=1))
-    funcs = prim_funcs(fused_module(mod, target, hw.HardwareAwareFuseOps(target)))
+    funcs = prim_funcs(fused_module(mod, target, hw.fusion_pass(target)))
     func = next(f for n, f in funcs.items() if n.startswith("fused_conv2d29_") and "minimum" in n)
     planned = plan(func, target)
     assert planned is not None

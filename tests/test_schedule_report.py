@@ -12,7 +12,7 @@ def test_bert_kernels_name_their_rules_and_tiles():
     target = hw.target("nvidia-h200")
     mod = import_onnx(build("bert_encoder_layer", batch=1))
     choices = explain_schedules(mod, target)
-    fused = fused_module(mod, target, hw.HardwareAwareFuseOps(target))
+    fused = fused_module(mod, target, hw.fusion_pass(target))
     assert [c.kernel for c in choices] == list(dict.fromkeys(kernel_names(fused)))
     rules = {c.kernel: c.rule for c in choices}
     assert rules["fused_matmul_add"] == "ImplicitGemm" and rules["layer_norm"] == "RowReduction"

@@ -32,7 +32,8 @@ from tvm.s_tir import dlight as dl
 from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw import kernel_resources, toolchain
+from tvm_fusion_hw.feedback import kernel_resources
+from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.pipeline import fused_module, schedule_pass
@@ -55,7 +56,7 @@ ROW_KERNELS = {
 def fused_funcs(model, batch, target):
     """{name: PrimFunc} of ``model`` fused by our pass for ``target``, before scheduling."""
     mod = import_onnx(build(model, batch=batch), keep_params_in_input=True)
-    return prim_funcs(fused_module(mod, target, hw.HardwareAwareFuseOps(target)))
+    return prim_funcs(fused_module(mod, target, hw.fusion_pass(target)))
 
 
 def relax_func(op, shape, target, params=0):
@@ -67,7 +68,7 @@ def relax_func(op, shape, target, params=0):
         with bb.dataflow():
             out = bb.emit_output(op(x, *ps))
         bb.emit_func_output(out)
-    (func,) = prim_funcs(fused_module(bb.get(), target, hw.HardwareAwareFuseOps(target))).values()
+    (func,) = prim_funcs(fused_module(bb.get(), target, hw.fusion_pass(target))).values()
     return func
 
 

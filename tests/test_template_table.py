@@ -25,8 +25,8 @@ import tvm_ffi
 from tvm import relax, tirx
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw.bundle import import_model
-from tvm_fusion_hw.bundle_variants import parse_variant, pipeline_knobs
+from tvm_fusion_hw.bundle.writer import import_model
+from tvm_fusion_hw.bundle.variants import parse_variant, pipeline_knobs
 from tvm_fusion_hw.pipeline import fused_module, kernel_names
 from tvm_fusion_hw.schedule_report import explain_schedules
 
@@ -152,7 +152,7 @@ def test_commit_note(table):
 def test_labels_are_explain_schedules_rules(table, tmp_path):
     model, target = "bert_encoder_layer", hw.target(H200)
     mod = import_model(model, 1)[1]
-    calls = Counter(kernel_names(fused_module(mod, target, hw.HardwareAwareFuseOps(target))))
+    calls = Counter(kernel_names(fused_module(mod, target, hw.fusion_pass(target))))
     rules = {c.kernel: c.rule for c in explain_schedules(mod, target)}
     hw_times = {name: (n, 10.0) for name, n in calls.items()}
     res = tmp_path / "results.json"

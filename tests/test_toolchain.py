@@ -1,4 +1,4 @@
-"""Tests for tvm_fusion_hw.toolchain: ROCm/CUDA tool lookup, and build smoke tests (CPU only)."""
+"""Tests for tvm_fusion_hw.hardware.toolchain: ROCm/CUDA tool lookup, and build smoke tests (CPU only)."""
 
 import os
 import subprocess
@@ -7,7 +7,7 @@ import pytest
 import tvm
 from tvm import relax
 
-from tvm_fusion_hw import toolchain
+from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.errors import FusionHWError
 
 CUDA_ARCHS = ["sm_80", "sm_89", "sm_90"]

@@ -10,7 +10,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from tvm_fusion_hw.kernel_launches import device_modules
+from tvm_fusion_hw.feedback.kernel_launches import device_modules
 
 LLVM = tvm.target.Target({"kind": "llvm"})
 

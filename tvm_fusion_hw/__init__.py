@@ -6,20 +6,28 @@ Typical use::
     from tvm.relax.frontend.onnx import from_onnx
     mod = from_onnx(onnx.load("mobilenet_v2.onnx"), keep_params_in_input=True)
     target = hw.target("nvidia-h200")
+    pipeline = hw.get_pipeline(target)
     with hw.pass_context(target):  # cp.async where the GPU has it
-        ex = tvm.compile(mod, target=target, relax_pipeline=hw.get_pipeline(target))
-    print(hw.last_report())
+        ex = tvm.compile(mod, target=target, relax_pipeline=pipeline)
+    print(pipeline.fuse_pass.report)
 
-or put ``hw.HardwareAwareFuseOps(target)`` where ``relax.transform.FuseOps()`` stood.
+or put ``hw.fusion_pass(target)`` where ``relax.transform.FuseOps()`` stood and
+``hw.schedule_pass()`` where ``dlight.ApplyDefaultSchedule`` stood.
+
+Layers (each imports only those below it): ``hardware`` (profiles, targets, occupancy,
+toolchains); ``fusion`` (the pass and its rules) and ``schedules`` (the TIR templates), which meet
+only through the protocol in ``plans``; ``pipeline``; then ``feedback``, ``bundle``, the reports
+and the CLI. ARCHITECTURE.md draws it.
 """
 
-from .decisions import Decision, FusionReport
 from .errors import FusionHWError
-from .fuse_pass import HardwareAwareFuseOps, last_report
-from .pipeline import get_pipeline, pass_context, stock_pipeline
-from .policy import FusionPolicy, PolicyConfig
-from .profile import HardwareProfile, known_profiles, load_profile, load_profile_file
-from .target import profile_of, target
+from .fusion.decisions import Decision, FusionReport
+from .fusion.fuse_pass import HardwareAwareFuseOps, last_report
+from .fusion.policy import FusionPolicy, PolicyConfig
+from .hardware.profile import HardwareProfile, known_profiles, load_profile, load_profile_file
+from .hardware.target import profile_of, target
+from .pipeline import fusion_pass, get_pipeline, pass_context, schedule_pass, stock_pipeline
+from .plans import KernelPlan, TemplatePlanners
 
 __version__ = "0.1.0"
 
@@ -30,7 +38,10 @@ __all__ = [
     "FusionReport",
     "HardwareAwareFuseOps",
     "HardwareProfile",
+    "KernelPlan",
     "PolicyConfig",
+    "TemplatePlanners",
+    "fusion_pass",
     "get_pipeline",
     "known_profiles",
     "last_report",
@@ -38,6 +49,7 @@ __all__ = [
     "load_profile_file",
     "pass_context",
     "profile_of",
+    "schedule_pass",
     "stock_pipeline",
     "target",
 ]

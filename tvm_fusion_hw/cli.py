@@ -48,9 +48,10 @@ def _write_atomically(path: Path, write) -> None:
 def cmd_compile(args: argparse.Namespace) -> int:
     import tvm  # pylint: disable=import-outside-toplevel
 
-    from . import fuse_pass, pipeline  # pylint: disable=import-outside-toplevel
+    from .fusion import fuse_pass  # pylint: disable=import-outside-toplevel
+    from . import pipeline  # pylint: disable=import-outside-toplevel
     from .progress import Progress  # pylint: disable=import-outside-toplevel
-    from .target import target as make_target  # pylint: disable=import-outside-toplevel
+    from .hardware.target import target as make_target  # pylint: disable=import-outside-toplevel
 
     tgt = make_target(args.profile)
     progress = Progress(total=2 + int(args.compare_stock) + int(args.schedules), enabled=not args.quiet)
@@ -60,12 +61,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     # the plugin's PassContext options (cp.async on sm_80+), as a user's build sets them
     with pipeline.pass_context(tgt):
         if args.feedback:  # build, measure registers and occupancy, split what measures badly, rebuild
-            from .feedback import compile_with_feedback  # pylint: disable=import-outside-toplevel
+            from .feedback.split_loop import compile_with_feedback  # pylint: disable=import-outside-toplevel
 
             result = compile_with_feedback(mod, tgt, progress=progress)
             ex, report = result.executable, result.report
         else:
-            fuse = fuse_pass.HardwareAwareFuseOps(tgt)
+            fuse = pipeline.fusion_pass(tgt)
             with progress.stage(f"compile for {args.profile} with hardware-aware fusion", instrument_passes=True):
                 ex = tvm.compile(mod, target=tgt, relax_pipeline=pipeline.get_pipeline(tgt, fuse_pass=fuse))
             report = fuse.report
@@ -99,7 +100,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(_args: argparse.Namespace) -> int:
-    from .profile import known_profiles, load_profile  # pylint: disable=import-outside-toplevel
+    from .hardware.profile import known_profiles, load_profile  # pylint: disable=import-outside-toplevel
 
     for name in known_profiles():
         print(f"{name:26} {load_profile(name).summary()}")
@@ -147,7 +148,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if args.command == "bundle":
-            from .bundle import bundle_main  # pylint: disable=import-outside-toplevel
+            from .bundle.writer import bundle_main  # pylint: disable=import-outside-toplevel
 
             return bundle_main(rest)
         return args.func(args)

@@ -15,11 +15,15 @@ from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 from tvm.relax.backend.cuda import pipeline as cuda_pipeline
 from tvm.relax.backend.rocm import pipeline as rocm_pipeline
+from tvm.s_tir import dlight as dl
 
-from .dead_blocks import EliminateDeadBlocks
 from .errors import FusionHWError
-from .fuse_pass import HardwareAwareFuseOps
-from .profile import HardwareProfile
+from .fusion.dead_blocks import EliminateDeadBlocks
+from .fusion.fuse_pass import HardwareAwareFuseOps
+from .hardware.profile import HardwareProfile
+from .hardware.toolchain import configure_rocm
+from .schedules import default_rules, template_planners
+from .schedules.gemm.rule import ASYNC_COPY_CONFIG, supports_async_copy
 
 BACKENDS = {"cuda": cuda_pipeline, "rocm": rocm_pipeline, "llvm": cpu_pipeline}
 
@@ -29,8 +33,6 @@ def _backend(target: tvm.target.Target):
     if kind not in BACKENDS:
         raise FusionHWError(f"target kind '{kind}' is not supported; use one of {sorted(BACKENDS)}")
     if kind == "rocm":
-        from .toolchain import configure_rocm  # pylint: disable=import-outside-toplevel
-
         configure_rocm()
     return BACKENDS[kind]
 
@@ -46,12 +48,16 @@ def _swap_fuse_ops(passes: List[tvm.transform.Pass], fuse: tvm.transform.Pass) -
     return _swap(passes, "FuseOps", fuse)
 
 
+def fusion_pass(target_or_profile: Union[tvm.target.Target, HardwareProfile, str], **knobs) -> HardwareAwareFuseOps:
+    """:class:`HardwareAwareFuseOps` told what the plugin's schedule templates plan (the pass
+    :func:`get_pipeline` uses): put it where ``relax.transform.FuseOps()`` stands, with
+    :func:`schedule_pass` where ``dlight.ApplyDefaultSchedule`` stands. ``knobs``: fields of
+    :class:`tvm_fusion_hw.PolicyConfig`."""
+    return HardwareAwareFuseOps(target_or_profile, planners=template_planners(), **knobs)
+
+
 def schedule_pass(rules: Optional[Sequence] = None) -> tvm.transform.Pass:
     """dlight's default GPU schedule with ``rules`` (default: this plugin's templates) tried first."""
-    from tvm.s_tir import dlight as dl  # pylint: disable=import-outside-toplevel
-
-    from .schedules import default_rules  # pylint: disable=import-outside-toplevel
-
     return dl.ApplyDefaultSchedule(
         *(default_rules() if rules is None else rules),
         dl.gpu.Matmul(),
@@ -88,13 +94,15 @@ def get_pipeline(
     Parameters
     ----------
     target : tvm.target.Target
-        Where the code runs: a target from :func:`tvm_fusion_hw.target` (cuda or rocm), or any
+        Where the code runs: a target from :func:`tvm_fusion_hw.hardware.target` (cuda or rocm), or any
         cuda/rocm/llvm target together with ``profile``.
     profile : HardwareProfile or str, optional
         The hardware to fuse for. Defaults to the profile ``target`` carries. Giving it with an
         llvm target builds the GPU's fusion decisions for the CPU (how the tests check numerics).
     fuse_pass : HardwareAwareFuseOps, optional
-        A pass instance to use (and read ``.report`` from afterwards); made from ``knobs`` if omitted.
+        A pass instance to use; made from ``knobs`` (with the schedule templates' planners) if
+        omitted. Either way the returned pipeline's ``fuse_pass`` attribute is it, and its
+        ``report`` holds the decisions once the pipeline has run.
     schedules : bool or sequence of dlight ScheduleRule
         Try the plugin's schedule templates (``tvm_fusion_hw.schedules``) before dlight's rules on
         GPU targets; a sequence tries those rules instead (e.g. ``[DepthwiseConv()]`` alone).
@@ -105,7 +113,7 @@ def get_pipeline(
     """
     passes = _backend(target)
     if fuse_pass is None:
-        fuse_pass = HardwareAwareFuseOps(profile if profile is not None else target, **knobs)
+        fuse_pass = fusion_pass(profile if profile is not None else target, **knobs)
     elif knobs:
         raise FusionHWError("give either fuse_pass or knobs, not both")
 
@@ -122,6 +130,7 @@ def get_pipeline(
             )
             return seq(mod)
 
+    _pipeline.fuse_pass = fuse_pass  # so that callers read fuse_pass.report after tvm.compile
     return _pipeline
 
 
@@ -138,8 +147,6 @@ def pass_context(target: tvm.target.Target) -> tvm.transform.PassContext:
     kernels byte-identical and took more than half of a BERT layer's compile. Without the context every
     template still builds, prefetching through registers.
     """
-    from .schedules.gemm import ASYNC_COPY_CONFIG, supports_async_copy  # pylint: disable=import-outside-toplevel
-
     if supports_async_copy(target):
         return extended_pass_context(config={ASYNC_COPY_CONFIG: True}, disabled_pass=[_ASYNC_DMA_PASS])
     return extended_pass_context()

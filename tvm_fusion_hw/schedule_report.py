@@ -14,8 +14,10 @@ from typing import List, Optional, Sequence
 
 import tvm
 
-from .fuse_pass import HardwareAwareFuseOps
-from .pipeline import fused_module, kernel_names
+from tvm.s_tir import dlight as dl
+
+from .pipeline import fused_module, fusion_pass, kernel_names
+from .schedules import default_rules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,18 +42,14 @@ def explain_schedules(mod: tvm.IRModule, target: tvm.target.Target,
     mod : tvm.IRModule
         The Relax module, as given to ``tvm.compile``.
     target : tvm.target.Target
-        A cuda or rocm target (from :func:`tvm_fusion_hw.target`).
+        A cuda or rocm target (from :func:`tvm_fusion_hw.hardware.target`).
     fuse_pass : tvm.transform.Pass, optional
-        The fusion pass; a fresh ``HardwareAwareFuseOps(target)`` if omitted.
+        The fusion pass; a fresh ``fusion_pass(target)`` if omitted.
     rules : sequence of ScheduleRule, optional
         The templates tried before dlight's rules, as ``get_pipeline(schedules=...)`` takes them;
         the plugin's defaults if omitted.
     """
-    from tvm.s_tir import dlight as dl  # pylint: disable=import-outside-toplevel
-
-    from .schedules import default_rules  # pylint: disable=import-outside-toplevel
-
-    fused = fused_module(mod, target, fuse_pass or HardwareAwareFuseOps(target))
+    fused = fused_module(mod, target, fuse_pass or fusion_pass(target))
     templates = list(default_rules() if rules is None else rules)
     stock = [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
     choices, seen = [], set()

@@ -1,0 +1,389 @@
+"""A schedule rule for matmul and convolution as (implicit) GEMM, with the epilogue fused.
+
+dlight's ``Matmul`` rule already brings both to ``C[S, I, J] += A[S, I, K] * B[S, J, K]`` (a conv
+becomes an implicit GEMM: ``I`` = output pixels, ``J`` = output channels, ``K`` = input channels x
+window, the im2col operand read straight from the input into shared memory, never materialised).
+It then uses one tile for every GEMM on every GPU: 32 x 64 outputs per block, 4 x 4 per thread. On
+an H200 that leaves ResNet-50's late layers at batch 1 with 16 blocks for 132 SMs (49 pixels x 512
+channels), and large GEMMs limited by shared-memory reads (8 loads per 16 FMAs).
+
+This rule keeps dlight's normalisation and chooses the tile per GEMM on the hardware profile:
+
+* the block tile (``BM x BN``) and thread tile (``TM x TN`` accumulators in registers, in runs
+  strided by the thread count so a warp's shared reads do not conflict): runs of one element read
+  one float at a time, or runs of four from K-major tiles read with one 128-bit load (a quarter
+  of the shared-load instructions per FMA, which is what limits the scalar loop on large GEMMs),
+* the K step staged in shared memory (A and B tiles, ``(BM + BN) x BK`` elements), and whether
+  the next step is prefetched while this one computes (TVM's software pipeline: the loads'
+  latency overlaps the FMAs), through registers (at the price of the staged registers) or, where
+  the build enables it (:func:`tvm_fusion_hw.pass_context`) and K is long, by ``cp.async`` into a
+  second shared buffer,
+* split-K (``rfactor``): when even the smallest tile leaves SMs idle, K is cut into ``P`` parts run
+  by ``P`` times as many blocks, each writing a partial sum, and a second kernel adds the parts and
+  applies the epilogue,
+
+by a cost model on the target's hardware profile (:mod:`.gemm_tiles`). The epilogue (bias,
+BatchNorm, activation, residual add) runs on the accumulators before the one global store, as in
+dlight.
+
+Measured on an H200 (``bench/results/2026-11-30-h200-tile-sweep``, each kernel alone): 2.3x
+dlight's schedule on BERT's 4096x3072x768 GEMM with 128-bit shared loads (460 against 1044 us,
+about 42 TFLOP/s of the 67 peak; 587 us with scalar loads), 1.7x on ResNet-50's 3x3 convs at
+batch 32, 16x on its 7x7x512 3x3 conv at batch 1 (25 us, split K 16); whole ResNet-50 at batch 1:
+4.85 ms with dlight's schedules of the same groups, 1.38 without prefetch, 1.23 with it; with
+cp.async (``bench/results/2026-11-30-h200-stop10``) the GEMMs of BERT's layer at batch 32 run at
+about 39 TFLOP/s (1.64 ms for the layer, torch.compile's cuBLAS 1.58).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Optional, Tuple
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import get_root_block
+from tvm.s_tir.dlight.gpu.matmul import (auto_inline_consumer_chain, auto_inline_producers,
+                                         get_index_map, get_reduction_blocks)
+from tvm.target import Target
+
+from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
+from tvm_fusion_hw.schedules.base.tir_match import const_int
+from .tiles import K_MAJOR_PAD, GemmProblem, GemmTile, rank_tiles
+
+SBlockRV = s_tir.schedule.SBlockRV
+
+#: TVM's own opt-in for ``cp.async`` (its meta-schedule GEMMs use it too): the build must set it,
+#: else the software pipeline lowers the async copies to plain loads and stores. ``cp.async``
+#: needs sm_80 or newer.
+ASYNC_COPY_CONFIG = "tirx.use_async_copy"
+_ASYNC_COPY_MIN_SM = 80
+_ASYNC_VECTOR = 4  # floats in one 16-byte cp.async
+
+
+class ImplicitGemm(TiledScheduleRule):
+    """Matmul and conv2d (groups = 1) in float32 with their epilogue, tiled on the profile.
+
+    Returns ``None`` for anything dlight's ``Matmul`` would not normalise to a GEMM, for dynamic
+    shapes, and for non-float32 GEMMs (dlight tensorizes float16 on tensor cores).
+    """
+
+    @dataclasses.dataclass
+    class Config:  # pylint: disable=too-many-instance-attributes
+        """Tile-search bounds; the hardware figures come from the target, not from here.
+
+        Attributes
+        ----------
+        thread_shapes : tuple
+            (threads along I, threads along J) tried. Four to eight warps: on the H200 blocks of one
+            or two warps ran 1.3-2x slower than these at equal modelled time (tile sweep).
+        micro_shapes : tuple
+            (accumulators along I, along J) per thread tried.
+        depth_steps : tuple
+            BK values tried.
+        max_split_k : int
+            Largest split of K.
+        min_depth_per_split : int
+            Every part of a split K keeps at least this many K elements.
+        step_latency_s : float
+            Time a block waits for one K step's global loads and barrier when nothing overlaps it.
+        load_latency_s : float
+            What each further load a thread issues in a K step adds to that wait.
+        prefetch_overhead_s : float
+            What loading the next step into registers adds to a step that does not hide it (few
+            FMAs a step): measured 0.2-0.3 us a step slower than the plain loop on MobileNetV2's
+            small-K 1x1 convs at batch 1.
+            The three are fitted to ``bench/tile_sweep.py`` on an H200 (2026-11-30, 20 GEMMs x 12-30
+            tiles, ``bench/results/2026-11-30-h200-tile-sweep`` 2-prefetch and 3-vector-bk32): the
+            model's pick is then 1.09x the fastest tile tried in geometric mean (1.18x before the
+            last two terms), at worst 1.32x.
+        fixed_registers : int
+            Registers a thread needs besides its accumulators and operand fragments (addresses,
+            loop counters, the staged loads): ptxas figures for this schedule.
+        launch_s : float
+            Cost of the extra kernel a split K adds.
+        max_attempts : int
+            Ranked tiles tried before giving up.
+        vector_widths : tuple
+            Shared-memory read widths tried: 1 (a thread's outputs strided by the thread count,
+            scalar reads) or 4 (tiles stored K-major, a thread's outputs in runs of 4 read with one
+            128-bit load: a quarter of the load instructions per FMA).
+        async_copy : bool
+            Prefetch with ``cp.async`` into double-buffered shared tiles instead of through
+            registers (no staged registers, so 256-thread vector tiles may prefetch too). Set by
+            :meth:`get_config` from the target and the build's PassContext (:func:`async_copy_enabled`).
+            On the H200 BERT's large GEMMs and ResNet-50's 3x3 convs ran about 10% faster with it
+            (``bench/results/2026-11-30-h200-tile-sweep/4-cp-async``); short K loops ran slower,
+            so the ranking offers it only where K is long (``gemm_tiles._MIN_ASYNC_DEPTH``).
+        unroll_explicit : bool
+            TVM unrolls the thread tile's loops itself (True) or emits them with ``#pragma unroll``
+            for nvcc/LLVM to unroll (False: about a third less compile time, same ptxas registers,
+            and on the H200 0-5% faster kernels in the tile sweep).
+        """
+
+        thread_shapes: Tuple[Tuple[int, int], ...] = ((16, 16), (8, 16), (16, 8))
+        micro_shapes: Tuple[Tuple[int, int], ...] = (
+            (8, 8), (8, 4), (4, 8), (4, 4), (4, 2), (2, 4), (2, 2))
+        depth_steps: Tuple[int, ...] = (8, 16, 32)
+        max_split_k: int = 16
+        min_depth_per_split: int = 128
+        step_latency_s: float = 0.3e-6
+        load_latency_s: float = 0.01e-6
+        prefetch_overhead_s: float = 0.3e-6
+        fixed_registers: int = 40
+        launch_s: float = 3e-6
+        max_attempts: int = 6
+        unroll_explicit: bool = False
+        vector_widths: Tuple[int, ...] = (1, 4)
+        async_copy: bool = False
+
+    def get_config(self, target: Target) -> "ImplicitGemm.Config":
+        """The search bounds; the same for CUDA and ROCm (every block shape is at most 256
+        threads, the most TVM 0.27's AMDGPU codegen compiles for, see kernel_resources), with
+        ``cp.async`` where the target and the build allow it."""
+        return ImplicitGemm.Config(async_copy=async_copy_enabled(target))
+
+    # ---- the rule: TiledScheduleRule calls these three -----------------------------------------
+    @staticmethod
+    def match(sch, config):
+        """``(problem, gemm_block)`` with the block normalised to ``[S, I, J, K]``, or None."""
+        return _match_and_normalize(sch)
+
+    @staticmethod
+    def rank(problem, limits, config):
+        """Tiles for ``problem``, best first."""
+        return rank_tiles(problem, limits, config)
+
+    @staticmethod
+    def schedule(sch, problem, tile, *blocks):
+        """Apply ``tile`` to the matched block."""
+        _schedule(sch, problem, tile, *blocks)
+
+
+def supports_async_copy(target: Target) -> bool:
+    """Whether ``target`` has ``cp.async``: CUDA, sm_80 or newer."""
+    if target.kind.name != "cuda":
+        return False
+    digits = "".join(itertools.takewhile(str.isdigit, str(target.attrs.get("arch", "")).lstrip("sm_")))
+    return bool(digits) and int(digits) >= _ASYNC_COPY_MIN_SM
+
+
+def async_copy_enabled(target: Target) -> bool:
+    """Whether GEMM tiles may prefetch with ``cp.async``: ``target`` has it and the build runs under
+    a PassContext with ``tirx.use_async_copy`` (see :func:`tvm_fusion_hw.pass_context`)."""
+    return supports_async_copy(target) and bool(
+        tvm.transform.PassContext.current().config.get(ASYNC_COPY_CONFIG, False))
+
+
+def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBlockRV]]:
+    try:
+        root = get_root_block(sch)
+    except Exception:  # pylint: disable=broad-except
+        return None
+    reductions = get_reduction_blocks(sch, sch.get_child_blocks(root))
+    if reductions is None:
+        return None
+    gemm = reductions[0]
+    stmt = sch.get(gemm)
+    if len(stmt.writes) != 1 or len(stmt.reads) < 2:
+        return None
+    dtypes = {str(r.source.dtype) for r in stmt.reads} | {str(stmt.writes[0].source.dtype)}
+    if dtypes != {"float32"}:
+        return None
+    maps = get_index_map(stmt)
+    if maps is None:
+        return None
+    # Scalar blocks with no loops (ReLU6's clip bounds after legalization) would stop rfactor
+    # (split K); every other path inlines them later anyway.
+    for block in sch.get_child_blocks(root):
+        if not sch.get_loops(block) and not sch.get(block).same_as(stmt):
+            try:
+                sch.compute_inline(block)
+            except RuntimeError:  # ScheduleError: left for the epilogue inlining
+                pass
+    out_ndim = len(stmt.writes[0].source.shape)
+    rows_contiguous = _last_axis_goes_to_rows(maps[3], out_ndim)
+    spatial_inner = tuple(_last_index_is_spatial(stmt, i) for i in (0, 1))
+    vector_inner = tuple(_last_index_is_spatial(stmt, i, bare=True) for i in (0, 1))
+
+    # dlight's normalisation: C[S, I, J] += A[S, I, K] * B[S, J, K]
+    reindex_a = sch.reindex(gemm, ("read", 0))
+    reindex_b = sch.reindex(gemm, ("read", 1))
+    reindex_c = sch.reindex(gemm, ("write", 0))
+    matmul_map, a_map, b_map, c_map = get_index_map(sch.get(gemm))
+    sch.transform_layout(reindex_a, ("write", 0), a_map)
+    sch.transform_layout(reindex_b, ("write", 0), b_map)
+    sch.transform_layout(reindex_c, ("read", 0), c_map)
+    sch.transform_block_layout(gemm, matmul_map)
+
+    extents = [const_int(iv.dom.extent) for iv in sch.get(gemm).iter_vars]
+    if len(extents) != 4 or any(e is None for e in extents):
+        return None
+    batch, rows, cols, depth = extents
+    if rows == 1 or cols == 1:
+        return None  # a GEMV: dlight's GEMV rule (a reduction per output) fits it better
+    problem = GemmProblem(batch, rows, cols, depth, 4, rows_contiguous, spatial_inner, vector_inner)
+    return problem, gemm
+
+
+def _last_axis_goes_to_rows(c_map: tirx.IndexMap, ndim: int) -> bool:
+    """Whether the output's last axis lands in ``I`` (NCHW conv pixels) rather than ``J``."""
+    variables = [tirx.Var(f"v{i}", "int64") for i in range(ndim)]
+    s_i_j = c_map.map_indices(variables)
+    def uses_last(expr) -> bool:
+        return any(v.same_as(variables[-1]) for v in tirx.analysis.undefined_vars(expr, []))
+
+    return uses_last(s_i_j[1]) and not uses_last(s_i_j[2])
+
+
+def _last_index_is_spatial(stmt: s_tir.SBlock, read: int, bare: bool = False) -> bool:
+    """Whether operand ``read``'s innermost index moves with a spatial iterator (not only K);
+    with ``bare``, whether it is that iterator alone."""
+    spatial = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
+    last = stmt.reads[read].region[-1].min
+    if bare:
+        return any(last.same_as(s) for s in spatial)
+    used = tirx.analysis.undefined_vars(last, [])
+    return any(v.same_as(s) for v in used for s in spatial)
+
+
+# ---- the schedule ------------------------------------------------------------------------------
+def _schedule(  # pylint: disable=too-many-locals
+    sch: s_tir.Schedule, problem: GemmProblem, tile: GemmTile, gemm: SBlockRV
+) -> None:
+    sch.pad_einsum(gemm, [1, tile.block_rows, tile.block_cols, tile.depth_step * tile.split_k])
+    batch, rows, cols, depth = sch.get_loops(gemm)
+    final = None
+    if tile.split_k > 1:
+        part, depth = sch.split(depth, [tile.split_k, None])
+        final = gemm
+        gemm = sch.rfactor(part, factor_axis=0)
+        batch, rows, cols, part, depth = sch.get_loops(gemm)
+
+    # threadIdx.x runs along the output's contiguous axis, so a warp's stores coalesce. Along it a
+    # thread's outputs come in runs of ``width`` (1 or 4) strided by the thread count: a warp then
+    # reads consecutive shared addresses (no bank conflicts) and stores consecutive addresses.
+    # Along the other axis its outputs are adjacent (a warp spans one or two of them: broadcasts).
+    # Scalar tiles make the strided runs virtual threads (each with its own accumulators and
+    # store); vector tiles keep them a loop, whose runs are read with one 128-bit load each.
+    if problem.rows_contiguous:
+        fast, fast_threads, fast_micro, slow, slow_threads, slow_micro = (
+            rows, tile.thread_rows, tile.micro_rows, cols, tile.thread_cols, tile.micro_cols)
+        fast_operand = 0
+    else:
+        fast, fast_threads, fast_micro, slow, slow_threads, slow_micro = (
+            cols, tile.thread_cols, tile.micro_cols, rows, tile.thread_rows, tile.micro_rows)
+        fast_operand = 1
+    width = tile.vector_width
+    b_fast, c_fast, t_fast, e_fast = sch.split(fast, [None, fast_micro // width, fast_threads, width])
+    b_slow, t_slow, i_slow = sch.split(slow, [None, slow_threads, slow_micro])
+    ko, ki = sch.split(depth, [None, tile.depth_step])
+    outer = [batch] + ([part] if final is not None else [])
+    sch.reorder(*outer, b_slow, b_fast, c_fast, t_slow, t_fast, ko, ki, i_slow, e_fast)
+    sch.bind(c_fast, "vthread.x")
+    sch.bind(sch.fuse(*outer), "blockIdx.z")
+    sch.bind(b_slow, "blockIdx.y")
+    sch.bind(b_fast, "blockIdx.x")
+    sch.bind(t_slow, "threadIdx.y")
+    sch.bind(t_fast, "threadIdx.x")
+    sch.annotate(t_fast, ann_key="pragma_auto_unroll_max_step", ann_val=256)
+    sch.annotate(t_fast, ann_key="pragma_unroll_explicit", ann_val=int(tile.unroll_explicit))
+
+    local = sch.cache_write(gemm, 0, "local")
+    sch.reverse_compute_at(local, t_fast, preserve_unit_loops=True)
+
+    for index, spatial_inner in enumerate(problem.fetch_spatial_inner):
+        _cooperative_fetch(sch, gemm, ko, index, spatial_inner, slow_threads, fast_threads,
+                           tile.depth_step, tile.prefetch, width > 1, tile.async_stages > 1,
+                           problem.fetch_vector_inner[index])
+    if width > 1:
+        # Registers for one K element: the slow operand's run once per k, the fast one's per run.
+        _vector_fragment(sch, gemm, 1 - fast_operand, ki, width)
+        _vector_fragment(sch, gemm, fast_operand, ki, width)
+
+    if final is None:
+        auto_inline_consumer_chain(sch, local)
+    else:
+        _schedule_split_sum(sch, final, tile.threads, problem.rows_contiguous)
+    if tile.async_stages > 1:
+        # ko's body: A to shared, B to shared, the compute. The copies run async_stages - 1 steps
+        # ahead into their own buffers (cp.async, no registers staged).
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, tile.async_stages - 1])
+        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
+        sch.annotate(ko, "software_pipeline_async_stages", [0])
+    elif tile.prefetch:
+        # ko's body: A to registers, A to shared, B likewise, the compute. Steady state: load step
+        # k+1 into registers, compute step k, then (after a barrier) store k+1 to shared.
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, 0, 0, 1])
+        sch.annotate(ko, "software_pipeline_order", [0, 3, 1, 4, 2])
+    sch.decompose_reduction(gemm, ko)
+
+
+def _cooperative_fetch(  # pylint: disable=too-many-arguments
+    sch: s_tir.Schedule, gemm: SBlockRV, ko, index: int, spatial_inner: bool,
+    threads_y: int, threads_x: int, depth_step: int, prefetch: bool, k_major: bool,
+    async_copy: bool = False, vector_inner: bool = False,
+) -> None:
+    """Stage operand ``index``'s ``[1, B, BK]`` tile in shared memory, all threads copying.
+
+    Consecutive threads copy along the axis that is contiguous in global memory (K for weights
+    and row-major matrices, output pixels for a conv's input). Scalar tiles pad rows to an odd
+    pitch (BK + 1) so copies along pixels and the compute's reads hit distinct banks; vector tiles
+    are stored K-major (``[1, BK, B]``, rows of B + 4) so a thread's run of outputs is contiguous.
+    With ``async_copy`` the copy is left global -> shared for ``cp.async`` (the pipeline doubles
+    the buffer); with ``prefetch`` alone it goes through registers.
+    """
+    fetch = sch.cache_read(gemm, index, "shared")
+    sch.compute_at(fetch, ko, preserve_unit_loops=True)
+    _, spatial, depth = sch.get_loops(fetch)[-3:]
+    if spatial_inner:
+        sch.reorder(depth, spatial)
+        fused = sch.fuse(depth, spatial)
+    else:
+        fused = sch.fuse(spatial, depth)
+    # 16-byte cp.async where both sides run along the same axis (a K-major tile of a matrix operand,
+    # indexed by I or J itself) and every thread copies whole vectors; else 4 bytes an element.
+    extent = const_int(sch.get(fused).extent)
+    whole = extent is not None and extent % (threads_y * threads_x * _ASYNC_VECTOR) == 0
+    vector = _ASYNC_VECTOR if async_copy and k_major and vector_inner and whole else 1
+    if vector > 1:
+        _, ty, tx, lanes = sch.split(fused, [None, threads_y, threads_x, vector])
+        sch.vectorize(lanes)
+    else:
+        _, ty, tx = sch.split(fused, [None, threads_y, threads_x])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    if k_major:
+        sch.transform_layout(fetch, ("write", 0), lambda s, x, k: (s, k, x))
+        sch.storage_align(fetch, 0, axis=1, factor=32, offset=K_MAJOR_PAD)
+    else:
+        sch.storage_align(fetch, 0, axis=1, factor=depth_step, offset=1)
+    if prefetch and not async_copy:
+        # global -> registers -> shared, so the pipeline can issue the next step's loads early
+        sch.annotate(fetch, "tirx.manifest_shared_memory_local_stage", 1)
+    auto_inline_producers(sch, fetch)
+
+
+def _vector_fragment(sch: s_tir.Schedule, gemm: SBlockRV, index: int, loop, width: int) -> None:
+    """Read operand ``index`` from its K-major shared tile into registers under ``loop``, ``width``
+    contiguous elements per 128-bit load."""
+    fragment = sch.cache_read(gemm, index, "local")
+    sch.compute_at(fragment, loop, preserve_unit_loops=True)
+    inner = sch.get_loops(fragment)[-1]
+    _, lanes = sch.split(inner, [None, width])
+    sch.vectorize(lanes)
+
+
+def _schedule_split_sum(sch: s_tir.Schedule, final: SBlockRV, threads: int, rows_contiguous: bool) -> None:
+    """The second kernel of a split K: each thread adds one output's parts, then the epilogue."""
+    local = sch.cache_write(final, 0, "local")
+    batch, rows, cols, part = sch.get_loops(final)
+    spatial = [batch, cols, rows] if rows_contiguous else [batch, rows, cols]
+    sch.reorder(*spatial, part)
+    bx, tx = sch.split(sch.fuse(*spatial), [None, threads])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    sch.reverse_compute_at(local, tx, preserve_unit_loops=True)
+    auto_inline_consumer_chain(sch, local)
+    sch.decompose_reduction(final, part)

@@ -1,0 +1,246 @@
+"""The tile model of the implicit-GEMM rule (:mod:`.gemm`): what a tile costs on a GPU.
+
+:func:`rank_tiles` costs every tile the rule may use for a GEMM (block tile ``BM x BN``, thread
+tile ``TM x TN``, K step ``BK``, split K, prefetch, shared-read width) by a model that counts waves
+of blocks over the SMs (register and shared-memory limits give the blocks per SM), the issue cost
+of a thread tile (FMAs plus the shared loads that feed them), a K step's load latency that other
+resident blocks (or prefetch) hide, and the partial sums' round trip through memory. Its constants
+(``ImplicitGemm.Config``) are fitted to ``bench/tile_sweep.py`` on an H200; see :mod:`.gemm` for
+the schedule and the measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import List, Optional, Tuple
+
+from tvm_fusion_hw.schedules.base.limits import GPULimits
+
+#: ptxas (CUDA 13, sm_90) caps 256-thread blocks that prefetch K-major tiles at 64 registers and
+#: spills 4-16 bytes (ResNet-50's split-K 3x3 convs at batch 1); 128-thread ones do not spill.
+#: ``common.with_min_blocks_per_multiprocessor`` at the modelled residency also avoids it (80
+#: registers, no spill) but sets launch bounds on every GEMM kernel: not adopted until timed.
+_MAX_PREFETCH_VECTOR_THREADS = 128
+
+#: Vector tiles only where the K loop dominates the kernel: a thread's outputs then sit in runs of
+#: 4 and its epilogue loads and stores are strided. On the H200 they won at 48-288 K steps a
+#: block (BERT b32, ResNet-50 b32 3x3, tile sweep 3) and lost at 2 (ResNet-50 b32's 1x1 conv with
+#: K 64: 149 against 126 us), and whole MobileNetV2 and SqueezeNet at batch 32 ran 21% and 12%
+#: slower with vector tiles on every 1x1 conv (bench/results/2026-11-30-h200-vector-loads).
+_MIN_VECTOR_STEPS = 16
+
+#: cp.async prefetch only where a block's K loop is this long: its pipeline's fill and drain (and
+#: the doubled shared tiles) cost more than it hides on short loops. On the H200
+#: (bench/results/2026-11-30-h200-stop10, against stop 9's register prefetch) the kernels with K
+#: under 256 (1-6 steps) ran up to 17% slower with it, most with K of 256 or more 5-18% faster
+#: (ResNet-50's 3x3 convs, BERT's GEMMs); MobileNetV2's 1x1 convs with K 320-960 at batch 32
+#: stayed 4-23% slower. A count of steps would let a smaller BK pass it.
+_MIN_ASYNC_DEPTH = 256
+
+#: Buffers of each shared tile when prefetching with ``cp.async``: step k+1 lands in one while
+#: step k is read from the other (three stages measured no faster on the H200, tile sweep 4).
+_ASYNC_STAGES = 2
+
+#: Elements a K-major shared row is padded by: keeps 16-byte alignment and moves the transposed
+#: copy's rows 4 banks apart (a 4-way conflict on the once-per-step store, none on the reads).
+K_MAJOR_PAD = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmProblem:
+    """``C[S, I, J] = sum_K A[S, I, K] * B[S, J, K]`` after normalisation."""
+
+    batch: int  # S
+    rows: int  # I: output pixels (conv) or rows (matmul)
+    cols: int  # J: output channels (conv) or columns (matmul)
+    depth: int  # K
+    dtype_bytes: int
+    rows_contiguous: bool  # consecutive I are consecutive output addresses (NCHW conv)
+    fetch_spatial_inner: Tuple[bool, bool]  # A, B: contiguous in memory along I/J rather than K
+    #: A, B: indexed by the I/J iterator itself there (a matrix, not a conv's im2col window), so
+    #: consecutive I/J are consecutive addresses and a copy may move 16 bytes at once
+    fetch_vector_inner: Tuple[bool, bool] = (False, False)
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds x 2."""
+        return 2 * self.batch * self.rows * self.cols * self.depth
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmTile:  # pylint: disable=too-many-instance-attributes
+    """The tile one block computes, and what the cost model thought of it."""
+
+    thread_rows: int  # threads along I
+    thread_cols: int  # threads along J
+    micro_rows: int  # accumulators per thread along I
+    micro_cols: int  # accumulators per thread along J
+    depth_step: int  # BK: K elements staged in shared memory per step
+    split_k: int  # P: parts K is cut into (1: no split)
+    prefetch: bool  # load step k+1 into registers while step k computes
+    blocks: int
+    shared_bytes: int
+    registers_estimate: int
+    blocks_per_multiprocessor: int
+    time_s: float  # modelled time, split-K reduction included
+    score: float  # modelled fraction of the FP32 peak
+    unroll_explicit: bool = True  # TVM unrolls the thread tile's loops (else it leaves ``#pragma unroll`` to nvcc)
+    vector_width: int = 1  # operands read from shared memory this many floats at a time (K-major tiles)
+    async_stages: int = 0  # >1: shared tiles multi-buffered, filled by cp.async this many steps ahead
+
+    @property
+    def threads(self) -> int:
+        """Threads per block."""
+        return self.thread_rows * self.thread_cols
+
+    @property
+    def block_rows(self) -> int:
+        """BM: outputs per block along I."""
+        return self.thread_rows * self.micro_rows
+
+    @property
+    def block_cols(self) -> int:
+        """BN: outputs per block along J."""
+        return self.thread_cols * self.micro_cols
+
+    def summary(self) -> str:
+        """The tile in words, for reports."""
+        vector = f", {self.vector_width}-wide shared loads" if self.vector_width > 1 else ""
+        return (f"{self.block_rows}x{self.block_cols} outputs a block ({self.thread_rows}x{self.thread_cols} "
+                f"threads x {self.micro_rows}x{self.micro_cols} accumulators{vector}), BK {self.depth_step}, "
+                f"split K {self.split_k}, {self._prefetch_words()}, "
+                f"{self.blocks} blocks, model {self.time_s * 1e6:.1f} us")
+
+    def _prefetch_words(self) -> str:
+        if self.async_stages > 1:
+            return f"prefetch by cp.async ({self.async_stages} shared buffers)"
+        return "prefetch" if self.prefetch else "no prefetch"
+
+
+# ---- the cost model ----------------------------------------------------------------------------
+def _registers(micro_rows: int, micro_cols: int, config) -> int:
+    # accumulators, one column of A and one row of B, and the fixed part
+    return micro_rows * micro_cols + micro_rows + micro_cols + config.fixed_registers
+
+
+def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile]:
+    """Every admissible tile for ``problem``, best (lowest modelled time) first."""
+    tiles = []
+    for thread_rows, thread_cols in config.thread_shapes:
+        threads = thread_rows * thread_cols
+        if threads % limits.warp_size or threads > limits.max_threads_per_block:
+            continue
+        for micro_rows, micro_cols in config.micro_shapes:
+            for depth_step in config.depth_steps:
+                for split_k in _splits(problem, depth_step, config):
+                    # (prefetch, by cp.async): none, through registers, and by cp.async where enabled
+                    ways = [(False, False), (True, False)] + (
+                        [(True, True)] if config.async_copy and problem.depth // split_k >= _MIN_ASYNC_DEPTH else [])
+                    for (prefetch, by_async), width in itertools.product(ways, config.vector_widths):
+                        if micro_rows % width or micro_cols % width:
+                            continue
+                        if width > 1 and prefetch and not by_async and threads > _MAX_PREFETCH_VECTOR_THREADS:
+                            continue
+                        if width > 1 and problem.depth < _MIN_VECTOR_STEPS * depth_step * split_k:
+                            continue
+                        tile = _model(problem, limits, config, thread_rows, thread_cols, micro_rows,
+                                      micro_cols, depth_step, split_k, prefetch, width, by_async)
+                        if tile is not None:
+                            tiles.append(tile)
+    tiles.sort(key=lambda t: (t.time_s, -t.block_rows * t.block_cols, t.split_k, not t.prefetch, not t.async_stages))
+    return tiles
+
+
+def _splits(problem: GemmProblem, depth_step: int, config) -> List[int]:
+    splits = [1]
+    while splits[-1] * 2 <= config.max_split_k:
+        part = problem.depth / (splits[-1] * 2)
+        if part < max(config.min_depth_per_split, depth_step):
+            break
+        splits.append(splits[-1] * 2)
+    return splits
+
+
+def _model(  # pylint: disable=too-many-arguments,too-many-locals
+    problem: GemmProblem, limits: GPULimits, config, thread_rows: int, thread_cols: int,
+    micro_rows: int, micro_cols: int, depth_step: int, split_k: int, prefetch: bool, vector_width: int,
+    async_copy: bool = False,
+) -> Optional[GemmTile]:
+    """Modelled time of one tile choice, or None when it does not fit the hardware."""
+    threads = thread_rows * thread_cols
+    block_rows, block_cols = thread_rows * micro_rows, thread_cols * micro_cols
+    # Tiles far larger than the GEMM only compute padding.
+    if block_rows > 2 * _ceil_to(problem.rows, 16) or block_cols > 2 * _ceil_to(problem.cols, 16):
+        return None
+    stages = _ASYNC_STAGES if async_copy else 1
+    shared = stages * _shared_elements(block_rows, block_cols, depth_step, vector_width) * problem.dtype_bytes
+    if shared > limits.shared_memory_bytes_per_block:
+        return None
+    # register prefetch holds the next step's elements; cp.async writes them to shared directly
+    staged = math.ceil((block_rows + block_cols) * depth_step / threads) if prefetch and not async_copy else 0
+    registers = _registers(micro_rows, micro_cols, config) + staged
+    if registers > limits.max_registers_per_thread:
+        return None
+    per_sm = _blocks_per_multiprocessor(limits, threads, registers, shared)
+    if per_sm == 0:
+        return None
+
+    padded_rows = _ceil_to(problem.rows, block_rows)
+    padded_cols = _ceil_to(problem.cols, block_cols)
+    padded_depth = _ceil_to(problem.depth, depth_step * split_k)
+    blocks = problem.batch * (padded_rows // block_rows) * (padded_cols // block_cols) * split_k
+
+    # Issue cost of one block: each K element costs a thread TM*TN FMAs plus (TM+TN)/width shared
+    # loads, and each K step a cooperative global->shared copy of (BM+BN)*BK elements and two barriers.
+    fma = micro_rows * micro_cols
+    per_k = fma + (micro_rows + micro_cols) // vector_width
+    # a load and a store an element; cp.async is one instruction
+    copy_per_step = math.ceil((block_rows + block_cols) * depth_step / threads) * (1 if async_copy else 2) + 4
+    steps = padded_depth // split_k // depth_step
+    warp_instr_per_block = (threads // limits.warp_size) * steps * (depth_step * per_k + copy_per_step)
+
+    # Waves: blocks run ``resident`` at a time on each SM. Per K step a block waits for its global
+    # loads (then a barrier) before it computes; the SM's other resident blocks compute meanwhile.
+    # So a step of the SM's blocks costs their issue time, but never less than one block's load
+    # latency plus its own compute.
+    sms = limits.multiprocessor_count
+    resident = min(per_sm, math.ceil(blocks / sms))
+    waves = math.ceil(blocks / (sms * per_sm))
+    sm_rate = limits.warp_instructions_per_s / sms
+    step_compute = warp_instr_per_block / steps / sm_rate
+    # Prefetching overlaps a block's own loads with its compute: max instead of sum.
+    latency = config.step_latency_s + config.load_latency_s * math.ceil(
+        (block_rows + block_cols) * depth_step / threads)
+    lone_step = max(latency + config.prefetch_overhead_s, step_compute) if prefetch else latency + step_compute
+    time = waves * steps * max(resident * step_compute, lone_step)
+
+    if split_k > 1:
+        partial_bytes = split_k * problem.batch * padded_rows * padded_cols * problem.dtype_bytes
+        time += 2 * partial_bytes / limits.dram_bytes_per_s + config.launch_s
+    ideal = problem.flops / (2 * limits.warp_instructions_per_s * limits.warp_size)
+    return GemmTile(thread_rows, thread_cols, micro_rows, micro_cols, depth_step, split_k, prefetch,
+                    blocks, shared, registers, per_sm, time, ideal / time, config.unroll_explicit,
+                    vector_width, stages if async_copy else 0)
+
+
+def _shared_elements(block_rows: int, block_cols: int, depth_step: int, vector_width: int) -> int:
+    """Elements of the A and B tiles as the schedule (:mod:`.gemm`'s ``_cooperative_fetch``) pads
+    them: rows of BK + 1 (scalar reads), or K-major rows of BM (or BN) + 4 (vector reads stay
+    16-byte aligned)."""
+    if vector_width > 1:
+        return depth_step * (block_rows + block_cols + 2 * K_MAJOR_PAD)
+    return (block_rows + block_cols) * (depth_step + 1)
+
+
+def _blocks_per_multiprocessor(limits: GPULimits, threads: int, registers: int, shared: int) -> int:
+    by_threads = limits.max_threads_per_multiprocessor // threads
+    by_registers = limits.registers_per_multiprocessor // (_ceil_to(registers, 8) * threads)
+    by_shared = limits.shared_memory_bytes_per_multiprocessor // (
+        shared + limits.shared_memory_reserved_bytes_per_block)
+    return max(0, min(by_threads, by_registers, by_shared, limits.max_blocks_per_multiprocessor))
+
+
+def _ceil_to(value: int, step: int) -> int:
+    return -(-value // step) * step

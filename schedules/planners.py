@@ -1,0 +1,61 @@
+"""The schedule templates' side of the fusion protocol (:mod:`tvm_fusion_hw.plans`).
+
+:func:`template_planners` is what the pipeline hands the fusion pass: which complex pairs a
+template here runs as one kernel, and how the tiled rules would run one PrimFunc alone.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Optional, Sequence
+
+from tvm import tirx
+from tvm.target import Target
+
+from tvm_fusion_hw.plans import KernelPlan, TemplatePlanners, as_plan
+
+from .conv_pool.rule import pair_plan as conv_pool_pair_plan
+from .dw_pw.rule import supports_pair as dw_pw_supports_pair
+from .rules import default_rules
+
+#: Complex pairs ("producer kind->consumer kind") that a template here runs as one kernel, each
+#: with what the fusion policy asks before fusing (on the two PrimFuncs, unfused). Without a
+#: template dlight would write the intermediate to a global workspace and lose the tiled schedule.
+#: A planner answers with the fused kernel's plan; a check (dw_pw) leaves the fit to the policy's
+#: own tile model.
+PAIR_TEMPLATES = MappingProxyType({
+    "conv->window": conv_pool_pair_plan,
+    "pointwise_conv->window": conv_pool_pair_plan,
+    "depthwise_conv->pointwise_conv": dw_pw_supports_pair,
+})
+#: The pairs the policy fuses by default; its ``pair_templates`` knob names others.
+#: depthwise_conv->pointwise_conv stays out: on the H200 the fused kernel ran slower than the two
+#: kernels apart (bench/results/2026-11-30-h200-dw-pw). ``pair_templates=(...,
+#: "depthwise_conv->pointwise_conv")`` turns it on.
+FUSED_PAIR_TEMPLATES = ("conv->window", "pointwise_conv->window")
+
+
+def kernel_plan(func: Optional[tirx.PrimFunc], target: Target,
+                rules: Optional[Sequence] = None) -> Optional[KernelPlan]:
+    """The plan of the first of ``rules`` (default: the package's) that takes ``func`` alone, as
+    ``get_pipeline`` would schedule it; None when no tiled rule takes it (dlight would)."""
+    if not isinstance(func, tirx.PrimFunc):
+        return None
+    for rule in default_rules() if rules is None else rules:
+        if not callable(getattr(rule, "plan", None)):
+            continue
+        try:
+            planned = rule.plan(func, target)
+        except Exception:  # pylint: disable=broad-except
+            # A rule that fails to plan a part leaves it to the next rule (or to the policy's
+            # estimate); the pipeline would move on to the next rule as well.
+            continue
+        if planned is not None:
+            return as_plan(planned[1], type(rule).__name__)
+    return None
+
+
+def template_planners() -> TemplatePlanners:
+    """What this package's templates tell the fusion policy (a new, immutable object each call)."""
+    return TemplatePlanners(pairs=PAIR_TEMPLATES, fused_by_default=FUSED_PAIR_TEMPLATES,
+                            kernel_plan=kernel_plan)

@@ -1,0 +1,111 @@
+"""The runtime half of a benchmark bundle: what a GPU box without TVM needs besides the libraries.
+
+The installed ``tvm`` package without its compiler library, the apache-tvm-ffi wheel(s), the
+ONNX model builders, and the runner (``runner.py`` beside this file, the bundle's ``run.py``).
+:mod:`.writer` writes them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import tvm
+import typing_extensions
+
+from tvm_fusion_hw import models as model_zoo
+from tvm_fusion_hw.errors import FusionHWError
+
+#: Top-level folders of the installed tvm package that a runtime never needs.
+_TVM_SKIP_DIRS = {"include", "src", "3rdparty", "web"}
+_TVM_SKIP_FILES = {os.path.join("lib", "libtvm_compiler.so")}
+#: The package's root folder (``tvm_fusion_hw/``) and, in a source checkout, the repository's.
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+REPO = PACKAGE_DIR.parent
+
+
+def wheel_cache() -> Path:
+    """Where downloaded wheels are kept between bundles: the user's cache, never the package."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tvm_fusion_hw" / "wheels"
+
+
+def copy_tvm_runtime(dest: Path) -> Path:
+    """Copy the installed ``tvm`` package to ``dest/tvm`` without the compiler library.
+
+    Also copies ``typing_extensions.py`` (a pure-Python import of tvm-ffi) beside it.
+    """
+    src = Path(tvm.__file__).resolve().parent
+
+    def _ignore(folder: str, names: List[str]) -> List[str]:
+        rel = os.path.relpath(folder, src)
+        skip = [n for n in names if n == "__pycache__"]
+        if rel == ".":
+            skip += [n for n in names if n in _TVM_SKIP_DIRS]
+        skip += [n for n in names if os.path.normpath(os.path.join(rel, n)) in _TVM_SKIP_FILES]
+        return skip
+
+    if (dest / "tvm").exists():
+        shutil.rmtree(dest / "tvm")
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src, dest / "tvm", ignore=_ignore)
+    shutil.copy2(typing_extensions.__file__, dest / "typing_extensions.py")
+    return dest / "tvm"
+
+
+def fetch_tvm_ffi_wheels(dest: Path, python_versions: Sequence[str] = ("3.12",),
+                         cache: Optional[Path] = None) -> List[str]:
+    """Put the apache-tvm-ffi wheel matching the installed version into ``dest``, one per Python.
+
+    Wheels are taken from ``cache`` (default :func:`wheel_cache`) or downloaded there with
+    ``pip download`` first.
+    """
+    ver = version("apache-tvm-ffi")
+    cache = Path(cache) if cache else wheel_cache()
+    cache.mkdir(parents=True, exist_ok=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    names = []
+    for pyver in python_versions:
+        tag = "cp" + pyver.replace(".", "")
+        pattern = f"apache_tvm_ffi-{ver}-{tag}-*.whl"
+        found = sorted(cache.glob(pattern))
+        if not found:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                   "--python-version", pyver, "--implementation", "cp",
+                   "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+                   "-d", str(cache), f"apache-tvm-ffi=={ver}"]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            found = sorted(cache.glob(pattern))
+            if not found:
+                tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise FusionHWError(f"could not get the apache-tvm-ffi {ver} wheel for Python "
+                                    f"{pyver} into {cache}: {tail[0]}")
+        shutil.copy2(found[-1], dest / found[-1].name)
+        names.append(found[-1].name)
+    return names
+
+
+def copy_builders(dest: Path) -> Path:
+    """Copy the model builders and ``errors.py`` as a minimal ``tvm_fusion_hw`` package."""
+    pkg = dest / "tvm_fusion_hw"
+    if pkg.exists():
+        shutil.rmtree(pkg)
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('"""Model builders only (copied by tvm_fusion_hw.bundle)."""\n')
+    shutil.copy2(PACKAGE_DIR / "errors.py", pkg / "errors.py")
+    for src in Path(model_zoo.__file__).parent.glob("*.py"):
+        shutil.copy2(src, pkg / "models" / src.name)
+    return pkg
+
+
+def runner_source() -> Path:
+    """Path of the runner (the bundle's ``run.py``), installed with the package as data."""
+    path = Path(__file__).with_name("runner.py")
+    if not path.is_file():
+        raise FusionHWError(f"{path} not found: the tvm_fusion_hw installation is incomplete")
+    return path

@@ -1,0 +1,113 @@
+"""Extra named variants of a bundle: one model built by the hardware-aware pipeline with given knobs.
+
+Written ``NAME:MODEL:KEY=VALUE,KEY=VALUE`` (``tvm-fusion-hw bundle --variant``), e.g.
+``eltwise5_split:eltwise5:max_depth=1`` or
+``dw_pw_pair:dw_pw:pair_templates=conv->window+depthwise_conv->pointwise_conv``.
+Keys are fields of :class:`tvm_fusion_hw.PolicyConfig`, plus ``schedules`` (of ``get_pipeline``).
+A value takes the type of the knob's default: ``true``/``false``, a number, or ``+``-separated
+names for a tuple (``none``: the package default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Dict, List, Sequence
+
+from tvm_fusion_hw.errors import FusionHWError
+from tvm_fusion_hw.fusion.policy import PolicyConfig
+
+#: get_pipeline keywords besides PolicyConfig's fields, with their defaults
+_PIPELINE_KEYS = {"schedules": True}
+#: knobs that hold Python objects, not text
+_NOT_FROM_TEXT = {"split_groups"}
+#: names the runner already uses for libraries, PyTorch columns and errors
+RESERVED = {"stock", "hw", "stock_graph", "hw_graph", "eager", "compile", "compile_graphs", "torch"}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantSpec:
+    """A named build of ``model`` with ``get_pipeline(target, **knobs)``."""
+
+    name: str
+    model: str
+    knobs: Dict[str, object]
+
+    def to_json(self) -> Dict[str, object]:
+        return {"name": self.name, "model": self.model, "knobs": dict(self.knobs)}
+
+
+def _defaults() -> Dict[str, object]:
+    out = dict(_PIPELINE_KEYS)
+    for field in dataclasses.fields(PolicyConfig):
+        if field.name not in _NOT_FROM_TEXT:
+            out[field.name] = field.default if field.default is not dataclasses.MISSING \
+                else field.default_factory()  # type: ignore[misc]
+    return out
+
+
+def _value(spec: str, key: str, text: str, default: object) -> object:
+    """``text`` as the type of ``default``."""
+    low = text.strip().lower()
+    try:
+        if isinstance(default, bool):
+            if low in ("true", "1", "yes", "on"):
+                return True
+            if low in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+    except ValueError:
+        kind = type(default).__name__
+        raise FusionHWError(f"--variant {spec!r}: {key}={text!r}, expected {kind}") from None
+    if low == "none":
+        return None
+    return [name for name in text.split("+") if name]  # a tuple knob (JSON keeps it as a list)
+
+
+def parse_variant(spec: str) -> VariantSpec:
+    """``NAME:MODEL:KEY=VALUE,...`` -> :class:`VariantSpec` (knobs checked by PolicyConfig)."""
+    parts = spec.split(":", 2)
+    if len(parts) != 3 or not parts[2].strip():
+        raise FusionHWError(f"--variant {spec!r}: expected NAME:MODEL:KEY=VALUE[,KEY=VALUE...]")
+    name, model, body = (p.strip() for p in parts)
+    if not _NAME.fullmatch(name) or name in RESERVED:
+        raise FusionHWError(f"--variant {spec!r}: name {name!r} must be letters, digits, _ . - and not "
+                            f"one of {', '.join(sorted(RESERVED))}")
+    defaults, knobs = _defaults(), {}
+    for item in body.split(","):
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or key not in defaults:
+            known = ", ".join(sorted(defaults))
+            raise FusionHWError(f"--variant {spec!r}: unknown knob {key!r} (or no '='); known: {known}")
+        knobs[key] = _value(spec, key, text, defaults[key])
+    out = VariantSpec(name, model, knobs)
+    try:
+        PolicyConfig(**{k: v for k, v in pipeline_knobs(out).items() if k not in _PIPELINE_KEYS})
+    except FusionHWError as err:
+        raise FusionHWError(f"--variant {spec!r}: {err}") from None
+    return out
+
+
+def parse_variants(specs: Sequence[object], models: Sequence[str]) -> List[VariantSpec]:
+    """Parse strings (VariantSpec passes through); names unique, models among ``models``."""
+    out = [s if isinstance(s, VariantSpec) else parse_variant(str(s)) for s in specs]
+    seen = set()
+    for var in out:
+        if var.name in seen:
+            raise FusionHWError(f"--variant name {var.name!r} given twice")
+        seen.add(var.name)
+        if var.model not in models:
+            raise FusionHWError(f"--variant {var.name!r}: model {var.model!r} is not among the bundle's "
+                                f"models ({', '.join(models)})")
+    return out
+
+
+def pipeline_knobs(spec: VariantSpec) -> Dict[str, object]:
+    """Keywords for ``get_pipeline``: tuple knobs as tuples."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in spec.knobs.items()}

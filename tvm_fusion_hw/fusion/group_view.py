@@ -1,0 +1,22 @@
+"""What the fusion policy sees of a (candidate) group: its label, its ops' facts and its cost."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional
+
+from .analysis import FuncInfo, GroupCost
+
+
+@dataclasses.dataclass
+class GroupView:
+    """What the policy sees of a (candidate) group."""
+
+    label: str
+    infos: List[FuncInfo]
+    cost: GroupCost
+
+    def anchor(self) -> Optional[FuncInfo]:
+        """The group's complex op (the one a template is chosen for), if any."""
+        complex_ops = [i for i in self.infos if i.is_complex]
+        return max(complex_ops, key=lambda i: i.flops) if complex_ops else None

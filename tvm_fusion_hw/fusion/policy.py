@@ -1,0 +1,244 @@
+"""The fusion rules, made relative to a hardware profile.
+
+One class, :class:`FusionPolicy`, answers "may this producer group and this consumer group run as
+one kernel on this GPU?" and says why (compare PyTorch Inductor's ``choices.py``: ``can_fuse`` in
+one overridable class, thresholds in one config, a logged reason for every refusal). The rules,
+from ../shared/fusion-rules.md:
+
+1. Arithmetic intensity against the profile's ridge point: memory-bound chains fuse; compute-bound
+   groups take an epilogue only within the register budget ("fuse cautiously").
+2. Register pressure: a group's estimated registers per thread must stay within the budget that
+   keeps :attr:`PolicyConfig.target_occupancy`; that budget also caps the fusion depth.
+3. Shared memory: two complex ops (conv then pool, depthwise then pointwise) fuse only when a
+   schedule template runs the pair, the fused kernel fits the profile's shared memory per block
+   and registers per thread, and it keeps at least (1 - :attr:`PolicyConfig.max_occupancy_drop`) of
+   the unfused kernels' occupancy. The figures are the template's own plan where it gives one
+   (:mod:`tvm_fusion_hw.plans`: threads, registers and shared memory per block, against the unfused
+   parts as their templates plan them), else the policy's tile model (the intermediate tile in
+   shared memory). A pair that does not fit is staged: two kernels, one global round trip. This
+   rule lives in :mod:`.pair_rule`; :meth:`FusionPolicy.complex_pair` hands pairs to it.
+4. Feedback: a group that measured badly when built (it spilled, or lost more than
+   ``max_occupancy_drop`` of its parts' occupancy; see :mod:`tvm_fusion_hw.feedback`) is listed in
+   :attr:`PolicyConfig.split_groups`, and no group may then hold more than half of its ops.
+
+The register and tile figures here are estimates of what the schedule templates will do; a
+template that plans is asked instead, so that the policy's reasons state the kernel's figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .analysis import CONTRACTIONS, ELEMENTWISE, PROJECTION, WINDOW_REDUCE, FuncInfo, GroupCost
+from .decisions import Decision
+from .group_view import GroupView
+from tvm_fusion_hw.errors import FusionHWError
+from tvm_fusion_hw.hardware.occupancy import register_budget
+from .pair_rule import ComplexPairRule
+from tvm_fusion_hw.plans import NO_TEMPLATES, TemplatePlanners
+from tvm_fusion_hw.hardware.profile import HardwareProfile
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSplit:
+    """A fused group that measured badly once built, and must be split (staged) next time.
+
+    ``members`` are the binding names of the group's operators (tuple projections left out): the
+    key that finds the same group again, the partition being deterministic for the same module.
+    """
+
+    members: Tuple[str, ...]
+    #: the measurements behind the split, for the decision's reason
+    reason: str = ""
+    figures: Tuple[Tuple[str, object], ...] = ()
+
+    @property
+    def ops(self) -> int:
+        return len(self.members)
+
+    @property
+    def most_ops(self) -> int:
+        """Ops of this group one group may still hold: half, rounded up (5 ops: 3 + 2)."""
+        return (self.ops + 1) // 2
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyConfig:  # pylint: disable=too-many-instance-attributes
+    """Thresholds and model constants of the rules. Every one is a keyword of the pass."""
+
+    #: occupancy a kernel needs to hide memory latency; sets the register budget per thread
+    target_occupancy: float = 0.5
+    #: the rules file: a fusion that drops occupancy by more than this is split
+    max_occupancy_drop: float = 0.20
+    #: registers every kernel spends on indices, loop counters and pointers
+    base_registers: int = 16
+    #: registers one more fused element-wise op costs (an operand, a temporary, address math)
+    registers_per_fused_op: int = 4
+    #: per-thread accumulator and operand registers of a contraction template (4x4 tile + operands)
+    contraction_tile_registers: int = 24
+    #: per-thread registers of a reduction (partial result, index)
+    reduction_tile_registers: int = 4
+    #: threads per block of the kernels the policy models itself
+    block_threads: int = 256
+    #: the tile model of a complex pair whose template gives no plan: its block covers this many
+    #: warps' worth of output pixels ...
+    tile_warps: int = 2
+    #: ... and, for a conv + pool, this many output channels
+    pool_channel_tile: int = 32
+    #: shared memory a contraction stages its operand tiles in ((64 + 64) x 16 floats)
+    contraction_stage_bytes: int = 8192
+    #: fuse complex pairs (conv+pool, depthwise+pointwise) at all
+    fuse_complex_pairs: bool = True
+    #: the complex pairs ("conv->window", "depthwise_conv->pointwise_conv") a schedule template
+    #: runs as one kernel; None: the templates' own default (``TemplatePlanners.fused_by_default``).
+    #: Other pairs stay apart.
+    pair_templates: Optional[Tuple[str, ...]] = None
+    #: let an epilogue take ops TVM annotates injective when the TIR shows them element-wise in
+    #: the epilogue's value (inference batch_norm); stock FuseOps stops at them
+    injective_epilogues: bool = True
+    #: upper bound on ops per group (the stock PassContext key relax.FuseOps.max_depth also bounds it)
+    max_depth: int = 256
+    #: groups the register feedback (tvm_fusion_hw.feedback) measured and split: none may re-form
+    split_groups: Tuple[GroupSplit, ...] = ()
+
+    def __post_init__(self):
+        if not 0 < self.target_occupancy <= 1:
+            raise FusionHWError(f"target_occupancy must be in (0, 1], got {self.target_occupancy}")
+        if not 0 <= self.max_occupancy_drop < 1:
+            raise FusionHWError(f"max_occupancy_drop must be in [0, 1), got {self.max_occupancy_drop}")
+        if self.max_depth < 1:
+            raise FusionHWError(f"max_depth must be at least 1, got {self.max_depth}")
+        if any(not isinstance(g, GroupSplit) or g.ops < 2 for g in self.split_groups):
+            raise FusionHWError("split_groups must hold GroupSplit entries of at least 2 ops")
+
+
+class FusionPolicy:
+    """The fusion rules on one hardware profile."""
+
+    def __init__(self, profile: HardwareProfile, config: Optional[PolicyConfig] = None,
+                 planners: TemplatePlanners = NO_TEMPLATES):
+        self.profile = profile
+        self.config = config or PolicyConfig()
+        self.planners = planners  # what the schedule templates plan (tvm_fusion_hw.plans)
+        self.register_budget = register_budget(profile, self.config.target_occupancy)
+        self.pairs = ComplexPairRule(profile, self.config, planners, self.estimate_registers)  # rule 3
+        self.depth_cap = min(
+            self.config.max_depth,
+            max(1, (self.register_budget - self.config.base_registers) // self.config.registers_per_fused_op),
+        )
+
+    # ---- estimates ------------------------------------------------------------------------
+    def estimate_registers(self, infos: Sequence[FuncInfo]) -> int:
+        """Registers per thread of ``infos`` fused: base + the anchor's tile + live values."""
+        cfg = self.config
+        tile = 0
+        live = 0
+        for info in infos:
+            if info.kind == PROJECTION:
+                continue
+            if info.kind in CONTRACTIONS:
+                tile = max(tile, cfg.contraction_tile_registers)
+            elif info.kind != ELEMENTWISE:
+                tile = max(tile, cfg.reduction_tile_registers)
+            else:
+                live += cfg.registers_per_fused_op * info.element_bytes // 4
+        return cfg.base_registers + tile + live
+
+    def budgets(self) -> Dict[str, object]:
+        """The per-profile limits, for the report."""
+        p = self.profile
+        return {
+            "profile": p.summary(),
+            "ridge point (FLOP/B)": round(p.ridge_point_flop_per_byte, 2),
+            "register budget (regs/thread at "
+            f"{self.config.target_occupancy:.0%} occupancy)": self.register_budget,
+            "fusion depth cap (ops)": self.depth_cap,
+            "shared memory per block (B)": p.shared_memory_bytes_per_block,
+        }
+
+    # ---- rules ----------------------------------------------------------------------------
+    def _figures(self, merged: GroupView) -> Dict[str, object]:
+        return {
+            "intensity_flop_per_byte": round(merged.cost.intensity, 3),
+            "ridge_flop_per_byte": round(self.profile.ridge_point_flop_per_byte, 3),
+            "saved_bytes": merged.cost.saved_bytes,
+            "estimated_registers": self.estimate_registers(merged.infos),
+            "register_budget": self.register_budget,
+            "ops": merged.cost.members,
+            "depth_cap": self.depth_cap,
+        }
+
+    def _register_check(self, rule: str, producer: GroupView, consumer: GroupView, merged: GroupView,
+                        why: str) -> Decision:
+        """Shared by the chain, epilogue and prologue rules: depth cap, then register budget."""
+        figures = self._figures(merged)
+        regs = figures["estimated_registers"]
+        if merged.cost.members > self.depth_cap:
+            return Decision("depth", producer.label, consumer.label, False,
+                            f"{merged.cost.members} ops exceed the depth cap {self.depth_cap} "
+                            f"(register budget {self.register_budget}/thread)", figures)
+        if regs > self.register_budget:
+            return Decision(rule, producer.label, consumer.label, False,
+                            f"~{regs} regs/thread exceed the budget {self.register_budget} that keeps "
+                            f"{self.config.target_occupancy:.0%} occupancy: stage instead", figures)
+        return Decision(rule, producer.label, consumer.label, True,
+                        f"{why}; {merged.cost.intensity:.2f} FLOP/B vs ridge "
+                        f"{self.profile.ridge_point_flop_per_byte:.1f} ({merged.cost.regime(self.profile)}), "
+                        f"saves {merged.cost.saved_bytes / 1e6:.2f} MB, ~{regs} regs <= {self.register_budget}",
+                        figures)
+
+    def chain(self, producer: GroupView, consumer: GroupView, merged: GroupView) -> Decision:
+        """Element-wise/injective producer into an element-wise/injective consumer."""
+        return self._register_check("chain", producer, consumer, merged, "memory-bound chain")
+
+    def prologue(self, producer: GroupView, consumer: GroupView, merged: GroupView) -> Decision:
+        """Element-wise producer computed inside a reduction's loads."""
+        return self._register_check("prologue", producer, consumer, merged,
+                                    "element-wise prologue read inside the reduction")
+
+    def scalar_operand(self, producer: GroupView, consumer: GroupView, merged: GroupView) -> Decision:
+        """A scalar computed from constants (a clip bound): recomputed in the kernel that reads it."""
+        return Decision("scalar-operand", producer.label, consumer.label, True,
+                        "a scalar operand costs nothing to recompute in the consumer; "
+                        "a launch of its own costs microseconds", self._figures(merged))
+
+    def epilogue(self, producer: GroupView, consumer: GroupView, merged: GroupView) -> Decision:
+        """Element-wise consumers applied to a complex op's outputs while still in registers."""
+        anchor = producer.anchor()
+        rule = "epilogue" if anchor is None or anchor.kind in CONTRACTIONS or anchor.kind == WINDOW_REDUCE \
+            else "reduction-epilogue"
+        return self._register_check(rule, producer, consumer, merged,
+                                    "epilogue applied in registers")
+
+    def complex_pair(self, producer: GroupView, consumer: GroupView, merged: GroupView) -> Decision:
+        """Two complex ops in one kernel, run by a schedule template that takes the pair (rule 3:
+        :class:`~.pair_policy.ComplexPairRule` decides)."""
+        return self.pairs.decide(producer, consumer, merged, self._figures(merged))
+
+    def feedback_split(self, producer: GroupView, consumer: GroupView, merged: GroupView,
+                       op_names: Sequence[str]) -> Optional[Decision]:
+        """Refuse a merge that puts more than half of a measured-and-split group's ops in one group.
+
+        ``op_names`` are the binding names of the merged group's operators (no projections). Half,
+        not only the last merge: the chain walk grows a group one producer at a time, so refusing
+        just the merge that completed it would peel off one op and keep the pressure.
+        """
+        for split in self.config.split_groups:
+            inside = sum(1 for name in op_names if name in split.members)
+            if inside > split.most_ops:
+                figures = {**dict(split.figures), "ops_of_split_group_here": inside,
+                           "most_ops": split.most_ops}
+                return Decision("feedback-split", producer.label, consumer.label, False,
+                                f"{split.reason}; at most {split.most_ops} of its {split.ops} ops "
+                                f"in one kernel, the rest staged through global memory", figures)
+        return None
+
+    # ---- what the complex-pair rule asks the templates (ComplexPairRule answers) ------------
+    def pair_templates(self) -> Tuple[str, ...]:
+        """Complex pairs a schedule template runs as one kernel (the knob, or the package's)."""
+        return self.pairs.pair_templates()
+
+    def gpu_target(self):
+        """The profile's GPU target, as the schedule templates see it when they plan."""
+        return self.pairs.gpu_target()
