@@ -1,4 +1,5 @@
-"""Shared fixtures: each model is imported and built once per test session (per xdist worker)."""
+"""Shared fixtures: each model is imported and built once per test session (per xdist worker);
+the H200 target."""
 
 from typing import Dict, List, Optional, Tuple
 
@@ -8,8 +9,7 @@ import tvm
 from tvm import relax
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw.frontend import import_onnx
-from tvm_fusion_hw.models import build, example_inputs
+from tir_checks import zoo_module
 
 LLVM = tvm.target.Target({"kind": "llvm"})
 
@@ -32,12 +32,7 @@ class ModelRunner:
         """(Relax module with weights as parameters, weights, input arrays in main's order)."""
         key = (name, batch)
         if key not in self._modules:
-            model = build(name, batch=batch)
-            mod, params = relax.frontend.detach_params(import_onnx(model))
-            feeds = example_inputs(model)
-            num_input = int(mod["main"].attrs["num_input"])
-            inputs = [feeds[p.name] for p in mod["main"].params[:num_input]]
-            self._modules[key] = (mod, params.get("main", []), inputs)
+            self._modules[key] = zoo_module(name, batch)
         return self._modules[key]
 
     def outputs(self, name: str, profile: Optional[str], batch: int = 1) -> List[np.ndarray]:
@@ -62,3 +57,9 @@ class ModelRunner:
 @pytest.fixture(scope="session")
 def runner() -> ModelRunner:
     return ModelRunner()
+
+
+@pytest.fixture(scope="session")
+def h200() -> tvm.target.Target:
+    """The H200 profile's target, which most schedule-rule tests build for."""
+    return hw.target("nvidia-h200")

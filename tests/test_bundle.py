@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tvm
 
-from tvm_fusion_hw.bundle import writer as bundle
+from tvm_fusion_hw.bundle import runtime, writer as bundle
 from tvm_fusion_hw import stock_pipeline, target
 from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.bundle.variants import parse_variant, parse_variants, pipeline_knobs
@@ -80,6 +80,10 @@ def test_bundle_layout(llvm_bundle):
     assert not (tvm_dir / "lib" / "libtvm_compiler.so").exists()
     assert not list(tvm_dir.rglob("__pycache__")) and not (tvm_dir / "3rdparty").exists()
     assert (out / "run.py").is_file() and (out / "builders" / "tvm_fusion_hw" / "models").is_dir()
+    # the runner is run.py and the two files it imports from its folder, byte for byte the package's
+    for name, src in runtime.runner_files().items():
+        assert (out / name).read_bytes() == src.read_bytes(), name
+    assert sorted(runtime.runner_files()) == ["run.py", "runner_report.py", "runner_timing.py"]
     assert [w for w in manifest["runtime"]["wheels"] if f"cp{PYVER.replace('.', '')}" in w]
     entries = {e["model"]: e for e in manifest["entries"]}
     assert set(entries) == set(MODELS) and not any("error" in e for e in entries.values())
@@ -246,3 +250,42 @@ def test_cuda_bundle_packaging(tmp_path):
     assert code.encode() in lzma.open(tmp_path / stock["stored"]).read()
     compile_cuda, info = runner.make_cuda_compiler("sm_90", "bundle", bundle=tmp_path)
     assert len(compile_cuda(code)) > 1000 and info["calls"][0].startswith("bundle")
+
+
+def test_runner_files_stay_small():
+    """The runner is split along its seams (issue 12: no file over ~450 lines)."""
+    for name, src in runtime.runner_files().items():
+        assert len(src.read_text().splitlines()) <= 450, name
+
+
+def test_bundled_runner_loads_by_path_from_anywhere(llvm_bundle, tmp_path, monkeypatch):
+    """bench/tile_sweep.py and cubins.py load run.py by path, from another working folder: it
+    finds its siblings beside itself, not on sys.path."""
+    out, _ = llvm_bundle
+    monkeypatch.chdir(tmp_path)
+    spec = importlib.util.spec_from_file_location("bundle_runner", out / "run.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    assert not any(name.startswith("runner_") for name in sys.modules)
+    for name in ("setup_tvm", "make_cuda_compiler", "source_key", "main", "rebuild_weights", "write_markdown"):
+        assert callable(getattr(runner, name)), name
+    assert runner.source_key("sm_90", "x") == hashlib.sha256(b"sm_90x").hexdigest()
+    assert runner.compare([np.ones(3)], [np.ones(3)]) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--profile", "amd-mi300x"], "bundle --target cuda needs an NVIDIA profile: 'amd-mi300x'"),
+    (["--profile", "nope"], "unknown hardware profile 'nope'"),
+    (["--batches", "0"], "batch sizes must be integers of at least 1, got 0"),
+])
+def test_bad_bundle_input_touches_nothing(tmp_path, argv, message):
+    """Refused before the folder is made, and an earlier bundle there keeps its libraries."""
+    with pytest.raises(FusionHWError, match=re.escape(message)):
+        bundle.bundle_main(["--out", str(tmp_path / "new"), "--models", "eltwise5", "--quiet", *argv])
+    assert not (tmp_path / "new").exists()
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "eltwise5_b1_hw.so.xz").write_bytes(b"an earlier bundle's library")
+    with pytest.raises(FusionHWError, match=re.escape(message)):
+        bundle.bundle_main(["--out", str(old), "--models", "eltwise5", "--quiet", *argv])
+    assert [p.name for p in old.iterdir()] == ["eltwise5_b1_hw.so.xz"]

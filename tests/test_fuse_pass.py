@@ -8,11 +8,13 @@ tests/python/relax/test_transform_fuse_ops.py.
 
 import tvm
 import tvm.testing
+import tvm_ffi
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
 
 import tvm_fusion_hw as hw
+from tvm_fusion_hw.pipeline import fused_module, kernel_names, stock_groups
 
 
 def lower(mod):
@@ -328,6 +330,13 @@ def test_batch_norm_joins_the_conv_epilogue():
 
 
 def test_injective_epilogues_knob_restores_stock_behaviour():
+    """With the knob off, the grouping is stock FuseOps' own: the same module (batch_norm and ReLU
+    one group, the conv alone), and after FuseTIR the same kernels as ``stock_groups``."""
+    stock = relax.transform.FuseOps()(lower(ConvBatchNormRelu))
     after = fuse(ConvBatchNormRelu, "nvidia-h200", injective_epilogues=False)
-    names = sorted(gv.name_hint for gv, f in after.functions.items() if isinstance(f, relax.Function))
-    assert names == ["fused_batch_norm_relu", "main"]
+    tvm.ir.assert_structural_equal(after, stock)
+    assert not tvm_ffi.structural_equal(fuse(ConvBatchNormRelu, "nvidia-h200"), stock)  # the knob's default differs
+    llvm = tvm.target.Target({"kind": "llvm"})
+    ours = hw.fusion_pass("nvidia-h200", injective_epilogues=False)
+    assert kernel_names(fused_module(ConvBatchNormRelu, llvm, ours)) == stock_groups(ConvBatchNormRelu, llvm) \
+        == ["conv2d", "fused_batch_norm_relu"]

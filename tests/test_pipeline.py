@@ -53,7 +53,9 @@ def test_pipeline_differs_from_stock_only_in_fusion_and_schedules():
         ours = [p.info.name for p in hw.pipeline.legalize_passes(target, fuse, schedules)]
         expected = []
         for name in stock:
-            expected.append("HardwareAwareFuseOps" if name == "FuseOps" else name)
+            renamed = {"FuseOps": "HardwareAwareFuseOps", "ApplyDefaultSchedule": "GuardedSchedule" if schedules
+                       else "ApplyDefaultSchedule"}
+            expected.append(renamed.get(name, name))
             if name == "FuseTIR":
                 expected.append("EliminateDeadBlocks")
         assert ours == expected

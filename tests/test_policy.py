@@ -108,7 +108,7 @@ def test_plan_that_does_not_fit_is_staged(runner):
     assert "1 of them staged: one global round trip" in text
 
 
-# ---- the PAIR_TEMPLATES protocol: planners and plain checks -------------------------------------
+# ---- the pair-template protocol as the policy uses it (the protocol itself: test_plans.py) ------
 def out_shape(func):
     """The shape of a PrimFunc's last parameter (its output)."""
     return tuple(int(d) for d in func.params[-1].ty.shape)
@@ -177,28 +177,16 @@ def test_a_plain_check_still_works(runner):
     assert dw_pw.fused and seen == [(1, 144, 56, 56)] and dw_pw.figures["figures_from"] == "policy tile model"
 
 
-def test_ask_pair_template_tells_checks_from_planners():
-    from tvm_fusion_hw.plans import ask_pair_template, plans_with_target
-
-    plan = KernelPlan("P", 128, 64, 1024)
-    assert not plans_with_target(lambda producer, consumer: True)
-    assert plans_with_target(lambda producer, consumer, target: None)
-    assert plans_with_target(lambda producer, consumer, *, target=None: None)
-    assert ask_pair_template(lambda p, c: True, None, None, "t") == (True, None, False)
-    assert ask_pair_template(lambda p, c: 0, None, None, "t") == (False, None, False)
-    assert ask_pair_template(lambda p, c: plan, None, None, "t") == (True, plan, True)
-    assert ask_pair_template(lambda p, c, target: plan, None, None, "t") == (True, plan, True)
-    assert ask_pair_template(lambda p, c, target: None, None, None, "t") == (False, None, True)
-    assert ask_pair_template(lambda *args: len(args) == 3, None, None, "t") == (True, None, False)
-
-
 @pytest.mark.parametrize("profile", ["nvidia-h200", "nvidia-rtx-3060", "amd-mi300x"])
 def test_memory_bound_chain_is_one_group(runner, profile):
     report = report_for(runner, "eltwise5", profile)
-    assert len(report.groups) == 1
+    assert len(report.groups) == 1 and len(report.groups[0].members) == 5
     assert report.groups[0].regime == "memory-bound"
+    # Five ops in one group: four merges, each a memory-bound chain (not vacuously "all" of none).
+    chains = report.find("chain")
+    assert len(chains) == len(report.decisions) == 4, [d.rule for d in report.decisions]
     assert all(d.fused for d in report.decisions)
-    assert all("memory-bound chain" in d.reason for d in report.find("chain"))
+    assert all("memory-bound chain" in d.reason for d in chains)
 
 
 def test_register_budget_and_depth_cap_follow_the_profile():

@@ -183,6 +183,10 @@ def test_string_where_number_belongs(tmp_path):
         ("warp_size", 0, "positive"),
         ("multiprocessor_count", 132.5, "integer"),
         ("max_registers_per_thread", True, "number"),
+        ("dram_bytes_per_s", -4.8e12, "positive"),
+        ("l2_cache_bytes", -1, "positive"),
+        ("peak_fp32_flop_per_s", float("inf"), "finite"),
+        ("max_threads_per_block", float("nan"), "finite"),
     ],
 )
 def test_bad_numbers(tmp_path, field, value, words):
@@ -257,3 +261,55 @@ def test_profile_from_dict_accepts_notes():
     data = _h200_dict()
     data["notes"] = "free text"
     assert profile_from_dict(data).name == "nvidia-h200"
+
+
+def test_nan_as_json_writes_it(tmp_path):
+    """Python's JSON reader takes NaN and Infinity literally: they are refused like other bad figures."""
+    text = json.dumps(_h200_dict()).replace('"dram_bytes_per_s": 4800000000000.0', '"dram_bytes_per_s": NaN')
+    assert "NaN" in text
+    assert "'dram_bytes_per_s' must be a finite number" in _error_for(tmp_path, text)
+
+
+@pytest.mark.parametrize("target, words", [
+    ({"kind": "cuda", "arch": "gfx942"}, "needs 'arch' naming an NVIDIA GPU architecture (like 'sm_90')"),
+    ({"kind": "cuda", "arch": 90}, "got 90"),
+    ({"kind": "cuda"}, "got None"),
+])
+def test_target_arch_must_be_the_vendors(tmp_path, target, words):
+    data = _h200_dict()
+    data["target"] = target
+    assert words in _error_for(tmp_path, data)
+
+
+def test_amd_profile_needs_a_gfx_mcpu(tmp_path):
+    data = _h200_dict()
+    data.update(vendor="amd", target={"kind": "rocm", "mcpu": "sm_90"})
+    assert "needs 'mcpu' naming an AMD GPU architecture (like 'gfx942')" in _error_for(tmp_path, data)
+
+
+# ---- targets and profiles together ------------------------------------------------------------
+@pytest.mark.parametrize("kind, name", [("cuda", "amd-mi300x"), ("rocm", "nvidia-h200"), ("cuda", "amd-mi250x")])
+def test_gpu_target_of_another_vendor_is_refused(kind, name):
+    import tvm
+
+    from tvm_fusion_hw.hardware.target import check_target_profile
+
+    config = {"kind": kind, "arch": "sm_90"} if kind == "cuda" else {"kind": kind, "mcpu": "gfx942"}
+    with pytest.raises(FusionHWError) as info:
+        check_target_profile(tvm.target.Target(config), load_profile(name))
+    message = str(info.value)
+    assert f"profile '{name}'" in message and f"the target is {kind}" in message and "\n" not in message
+    check_target_profile(tvm.target.Target({"kind": "llvm"}), load_profile(name))  # any GPU's decisions
+    own = "nvidia-h200" if kind == "cuda" else "amd-mi300x"
+    check_target_profile(tvm.target.Target(config), load_profile(own))
+
+
+def test_target_tvm_rejects_is_one_line(tmp_path):
+    from tvm_fusion_hw.hardware.target import target
+
+    data = _h200_dict()
+    data["target"] = {"kind": "cuda", "arch": "sm_90", "cores": 3}
+    with pytest.raises(FusionHWError) as info:
+        target(load_profile_file(_write(tmp_path, data)))
+    assert "TVM rejects its target" in str(info.value) and "'cores'" in str(info.value)
+    assert "\n" not in str(info.value)

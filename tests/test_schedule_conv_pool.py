@@ -1,4 +1,4 @@
-"""Tests for schedules/conv_pool.py: the ConvPool rule (conv + epilogue + pool in one kernel).
+"""Tests for schedules/conv_pool/: the ConvPool rule (conv + epilogue + pool in one kernel).
 
 CPU only except the last test. Checked:
 - the rule takes the fused conv+bias+ReLU+max-pool PrimFunc of ``conv_relu_pool`` (batch 1 and 32)
@@ -27,31 +27,29 @@ import collections
 import dataclasses
 import itertools
 import random
-import re
 
 import numpy as np
 import pytest
 import tvm
-from tvm import relax
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.feedback import kernel_resources
 from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.frontend import import_onnx
-from tvm_fusion_hw.models import build, example_inputs
+from tvm_fusion_hw.models import build
 from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.base.probe import allocated_shared_bytes
+from tvm_fusion_hw.hardware.occupancy import occupancy
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
 from tvm_fusion_hw.schedules.conv_pool.rule import ConvPool, pair_plan, supports_pair
 from tvm_fusion_hw.schedules.conv_pool import tiles as conv_pool_tiles, shared_banks
 from tvm_fusion_hw.schedules.conv_pool.tiles import ConvPoolProblem, evaluate_tile, rank_tiles
 from tvm_fusion_hw.schedules.depthwise.rule import DepthwiseConv
 from tvm_fusion_hw.plans import KernelPlan
-from tir_checks import assert_schedule_preserves_numerics, cuda_source, prim_funcs
+from tir_checks import LLVM, assert_schedule_preserves_numerics, cuda_source, kernels_of, prim_funcs, run_model
 
 H200 = "nvidia-h200"
-LLVM = tvm.target.Target({"kind": "llvm"})
 FUSED = "fused_conv2d_add_relu_max_pool2d"
 #: Our fusion with the conv+pool pair allowed; the looser occupancy limit lets the policy accept
 #: the pair on every profile whatever ConvPool's plan holds against the unfused conv's (the
@@ -109,15 +107,6 @@ def compile_conv_relu_pool(target, monkeypatch, batch=1, rule=True, knobs=None):
     return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
 
 
-def kernels_of(source, group):
-    """{kernel name: body} of the CUDA kernels made for the PrimFunc ``group``."""
-    out = {}
-    header = rf"void (?:__launch_bounds__\(\d+\) )?({group}_kernel\w*)\([^)]*\) {{"
-    for match in re.finditer(header, source):
-        out[match.group(1)] = source[match.end():].split('extern "C"')[0]
-    return out
-
-
 # ---- (1) what the rule takes -------------------------------------------------------------------
 @pytest.mark.parametrize("batch", [1, 32])
 def test_applies_to_conv_relu_pool(batch):
@@ -130,7 +119,7 @@ def test_applies_to_conv_relu_pool(batch):
     assert (problem.pooled, problem.kernel, problem.window) == ((56, 56), (3, 3), (2, 2))
     assert problem.pool == "max"
     limits = gpu_limits(target)
-    assert tile.threads % limits.warp_size == 0 and tile.threads <= 256
+    assert tile.threads % limits.profile.warp_size == 0 and tile.threads <= 256
     sch = rule.apply(funcs[FUSED], target, False)
     assert 0 < allocated_shared_bytes(sch.mod["main"]) <= tile.shared_bytes
     print(f"b{batch}: {tile}")
@@ -249,12 +238,24 @@ def test_tiles_respect_target_limits(name):
     problem, tile = rule.plan(func, target)
     config = rule.get_config(target)
     for t in [tile] + rank_tiles(problem, limits, config)[:50]:
-        assert t.threads % limits.warp_size == 0
-        assert t.threads <= min(limits.max_threads_per_block, config.max_threads, 256)
+        assert t.threads % limits.profile.warp_size == 0
+        assert t.threads <= min(limits.profile.max_threads_per_block, config.max_threads, 256)
         assert t.shared_bytes <= limits.shared_memory_bytes_per_block
-        assert t.registers_estimate <= min(config.max_registers, limits.max_registers_per_thread)
+        assert t.registers_estimate <= min(config.max_registers, limits.profile.max_registers_per_thread)
     sch = rule.apply(func, target, False)
     assert 0 < allocated_shared_bytes(sch.mod["main"]) <= tile.shared_bytes
+
+
+@pytest.mark.parametrize("name", hw.known_profiles())
+def test_tile_occupancy_is_the_vendor_method(name):
+    """Blocks per SM of every ranked tile are hardware.occupancy's (cuda_occupancy.h, HIP)."""
+    target = hw.target(name)
+    problem = ConvPoolProblem(1, 16, 32, (28, 28), (3, 3), (1, 1), (1, 1), (2, 2), "max", 4, 0, 1)
+    tiles = rank_tiles(problem, gpu_limits(target), ConvPool().get_config(target))
+    assert tiles
+    for tile in tiles:
+        expected = occupancy(hw.load_profile(name), tile.threads, tile.registers_estimate, tile.shared_bytes)
+        assert tile.blocks_per_multiprocessor == expected.blocks_per_multiprocessor, tile
 
 
 # ---- the tile model's shortcuts and caches --------------------------------------------------------
@@ -384,22 +385,9 @@ def test_sm90_one_kernel_with_shared_memory_and_no_spills(sm90_builds, batch):
 def test_conv_relu_pool_on_gpu_matches_stock(batch, monkeypatch):
     target = hw.target(H200)
     dev = tvm.cuda(0)
-    model = build("conv_relu_pool", batch=batch)
-    mod, params = relax.frontend.detach_params(import_onnx(model))
-    feeds = example_inputs(model)
-    num_input = int(mod["main"].attrs["num_input"])
-    args = [tvm.runtime.tensor(feeds[p.name], dev) for p in mod["main"].params[:num_input]]
-    args += [tvm.runtime.tensor(w.numpy(), dev) for w in params.get("main", [])]
     outs, times = {}, {}
-    for name in ("stock", "rule"):
-        if name == "stock":
-            relax_pipeline = hw.stock_pipeline(target)
-        else:
-            relax_pipeline = pipeline(target, monkeypatch)
-        ex = tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
-        vm = relax.VirtualMachine(ex, dev)
-        out = vm["main"](*args)
-        outs[name] = (out[0] if isinstance(out, (list, tuple)) else out).numpy()
+    for name, relax_pipeline in (("stock", hw.stock_pipeline(target)), ("rule", pipeline(target, monkeypatch))):
+        outs[name], vm, args = run_model("conv_relu_pool", batch, target, relax_pipeline, dev)
         times[name] = vm.time_evaluator("main", dev, number=20, repeat=5)(*args).median * 1e3
     print(f"conv_relu_pool b{batch}: stock {times['stock']:.3f} ms, "
           f"ConvPool {times['rule']:.3f} ms")

@@ -1,4 +1,4 @@
-"""Tests for schedules/depthwise_conv.py: the DepthwiseConv schedule rule.
+"""Tests for schedules/depthwise/: the DepthwiseConv schedule rule.
 
 CPU only except the last test. Checked:
 - the rule takes every depthwise-conv kernel of MobileNetV2 (batch 1 and 32, our fusion and stock
@@ -17,42 +17,36 @@ CPU only except the last test. Checked:
 About 50 s on 2 cores (MobileNetV2 builds: 9 s for sm_90, 16 s for gfx942; nvcc 7 s).
 """
 
-import re
 import time
 
 import numpy as np
 import pytest
 import tvm
-import tvm_ffi
-from tvm import relax, s_tir, tirx
+from tvm import tirx
 from tvm.s_tir import dlight as dl
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.frontend import import_onnx
+from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.models.common import GraphBuilder
+from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.base.probe import allocated_shared_bytes
+from tvm_fusion_hw.hardware.occupancy import occupancy
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
 from tvm_fusion_hw.schedules.depthwise.rule import DepthwiseConv
-from tir_checks import (assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs,
-                        ptxas_report, run_model)
+from tvm_fusion_hw.schedules.depthwise.tiles import DepthwiseProblem, rank_tiles
+from tir_checks import (LLVM, assert_schedule_preserves_numerics, blocks, cuda_source, kernel_body, prim_funcs,
+                        ptxas_kernels, run_model)
 
 H200 = "nvidia-h200"
-LLVM = tvm.target.Target({"kind": "llvm"})
 STOCK_RULES = (dl.gpu.Matmul, dl.gpu.GEMV, dl.gpu.Reduction, dl.gpu.GeneralReduction, dl.gpu.Fallback)
 
 
 # ---- helpers -----------------------------------------------------------------------------------
 def fuse(mod, target, ours=True):
-    """LegalizeOps .. FuseTIR with our fusion (or stock FuseOps): one PrimFunc per kernel."""
-    with target:
-        return tvm.transform.Sequential([
-            relax.transform.LegalizeOps(),
-            relax.transform.AnnotateTIROpPattern(),
-            relax.transform.FoldConstant(),
-            hw.fusion_pass(target) if ours else relax.transform.FuseOps(),
-            relax.transform.FuseTIR(),
-        ])(mod)
+    """``fused_module`` with our fusion (or stock FuseOps): one PrimFunc per kernel."""
+    return fused_module(mod, target, hw.fusion_pass(target) if ours else None)
 
 
 def pipeline(target, rule=True):
@@ -60,17 +54,11 @@ def pipeline(target, rule=True):
     return hw.get_pipeline(target, schedules=[DepthwiseConv()] if rule else False)
 
 
-def _blocks(func):
-    found = []
-    tvm_ffi.structural_walk(func, [(s_tir.SBlock, found.append)], order="post")
-    return found
-
-
 def is_depthwise_kernel(func):
     """Independent of the rule: one reduction block, which reads a [C, 1, KH, KW] weight for C
     output channels (a conv with one input channel per group, groups = C)."""
     reductions = [
-        b for b in _blocks(func) if any(iv.iter_type == tirx.IterVar.CommReduce for iv in b.iter_vars)
+        b for b in blocks(func) if any(iv.iter_type == tirx.IterVar.CommReduce for iv in b.iter_vars)
     ]
     if len(reductions) != 1:
         return False
@@ -107,17 +95,12 @@ def synthetic(c, hw_, k=3, stride=1, pad=None, dilation=1, group=None, cout=None
     model = g.model(y, [1, cout, out, out], "synthetic")
     fused = fuse(import_onnx(model, keep_params_in_input=True), hw.target(H200), ours=False)
     convs = [f for f in prim_funcs(fused).values()
-             if any(b.name_hint.startswith(("group_conv", "conv", "depthwise")) for b in _blocks(f))]
+             if any(b.name_hint.startswith(("group_conv", "conv", "depthwise")) for b in blocks(f))]
     assert len(convs) == 1
     return convs[0]
 
 
-# ---- fixtures ----------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def h200():
-    return hw.target(H200)
-
-
+# ---- fixtures (h200: conftest.py) ------------------------------------------------------------
 @pytest.fixture(scope="session")
 def mobilenet_fused(h200):
     """{(batch, fusion): {name: PrimFunc}} for MobileNetV2, fused for the H200."""
@@ -144,8 +127,9 @@ def mobilenet_b1_sm90():
 def test_applies_to_every_depthwise_kernel_and_nothing_else(mobilenet_fused, h200, key):
     funcs = mobilenet_fused[key]
     depthwise = sorted(n for n, f in funcs.items() if is_depthwise_kernel(f))
-    # MobileNetV2's 17 depthwise convs have 10 distinct shapes (FuseTIR dedups the rest).
-    assert len(depthwise) == 10 or key[1] == "ours" and len(depthwise) > 0, depthwise
+    # MobileNetV2's 17 depthwise convs have 10 distinct shapes (FuseTIR dedups the rest), and
+    # either fusion keeps each in a kernel of its own (no dw->pw pair by default).
+    assert len(depthwise) == 10, depthwise
     rule = DepthwiseConv()
     taken = sorted(n for n, f in funcs.items() if rule.apply(f, h200, False) is not None)
     assert taken == depthwise
@@ -222,17 +206,33 @@ def test_tiles_respect_target_limits(mobilenet_fused, name):
         target = hw.target(name)
     limits = gpu_limits(target)
     assert limits.from_profile == (name != "plain-cuda")
+    assert limits.profile.name == ("cuda-fallback" if name == "plain-cuda" else name)
     rule = DepthwiseConv()
     for f in mobilenet_fused[(32, "ours")].values():
         planned = rule.plan(f, target)
         if planned is None:
             continue
         _, tile = planned
-        assert tile.threads % limits.warp_size == 0
-        assert tile.threads <= min(limits.max_threads_per_block, rule.get_config(target).max_threads)
+        assert tile.threads % limits.profile.warp_size == 0
+        assert tile.threads <= min(limits.profile.max_threads_per_block, rule.get_config(target).max_threads)
         assert tile.shared_bytes <= limits.shared_memory_bytes_per_block
         sch = rule.apply(f, target, False)
         assert 0 < allocated_shared_bytes(sch.mod["main"]) <= tile.shared_bytes
+
+
+@pytest.mark.parametrize("name", hw.known_profiles())
+def test_tile_occupancy_is_the_vendor_method(name):
+    """Blocks per SM of every ranked tile are hardware.occupancy's (cuda_occupancy.h, HIP), and
+    so is the occupancy the memory time is divided by."""
+    target = hw.target(name)
+    limits, config = gpu_limits(target), DepthwiseConv().get_config(target)
+    for problem in (DepthwiseProblem(1, 32, 56, 56, (3, 3), (1, 1), (1, 1), 4, 0, 1),
+                    DepthwiseProblem(32, 96, 14, 14, (3, 3), (2, 2), (1, 1), 4, 0, 1)):
+        tiles = rank_tiles(problem, limits, config)
+        assert tiles
+        for tile in tiles:
+            expected = occupancy(hw.load_profile(name), tile.threads, tile.registers_estimate, tile.shared_bytes)
+            assert tile.blocks_per_multiprocessor == expected.blocks_per_multiprocessor, tile
 
 
 # ---- (2) builds ----------------------------------------------------------------------------------
@@ -261,19 +261,18 @@ def test_mobilenet_sm90_kernels_use_shared_memory_without_spills(mobilenet_b1_sm
     depthwise = [n for n, f in mobilenet_fused[(1, "ours")].items() if is_depthwise_kernel(f)]
     assert depthwise
     for name in depthwise:
-        start = re.search(rf"void (?:__launch_bounds__\(\d+\) )?{name}_kernel\([^)]*\) {{", source)
-        assert start, name
-        kernel = source[start.end():].split('extern "C"')[0]
+        kernel = kernel_body(source, f"{name}_kernel")
         assert "__shared__" in kernel and "__syncthreads()" in kernel, name
     print(f"MobileNetV2 b1 sm_90 build: {seconds:.1f} s")
-    if nvcc_path() is None:
+    if not toolchain.have_nvcc():
         pytest.skip("nvcc not found: shared memory checked in the source only")
-    report = ptxas_report(source)
+    report = ptxas_kernels(source)
     for name in depthwise:
-        regs, spill_st, spill_ld, smem = report[f"{name}_kernel"]
-        print(f"{name}: {regs} registers, {smem} B smem, spills {spill_st}/{spill_ld}")
-        assert spill_st == 0 and spill_ld == 0, name
-        assert smem > 0, name
+        kernel = report[f"{name}_kernel"]
+        print(f"{name}: {kernel.registers} registers, {kernel.static_shared_bytes} B smem, "
+              f"spills {kernel.spill_store_bytes}/{kernel.spill_load_bytes}")
+        assert kernel.spill_store_bytes == 0 and kernel.spill_load_bytes == 0, name
+        assert kernel.static_shared_bytes > 0, name
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tests for schedules/dw_pw.py: the DepthwisePointwise rule (depthwise conv + pointwise conv, one kernel).
+"""Tests for schedules/dw_pw/: the DepthwisePointwise rule (depthwise conv + pointwise conv, one kernel).
 
 CPU only except the last test. Checked:
 - with the policy knob ``pair_templates`` naming ``depthwise_conv->pointwise_conv`` the fusion pass
@@ -28,8 +28,7 @@ import re
 import numpy as np
 import pytest
 import tvm
-import tvm_ffi
-from tvm import s_tir, tirx
+from tvm import tirx
 
 import tvm_fusion_hw as hw
 import tvm_fusion_hw.schedules as hw_schedules
@@ -40,31 +39,25 @@ from tvm_fusion_hw.models import build
 from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.base.probe import allocated_shared_bytes
+from tvm_fusion_hw.hardware.occupancy import occupancy
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
 from tvm_fusion_hw.schedules.dw_pw.rule import DepthwisePointwise, pair_plan, supports_pair
-from tvm_fusion_hw.schedules.dw_pw.tiles import evaluate_tile, rank_tiles
-from tir_checks import (assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs,
-                        ptxas_report, run_model)
+from tvm_fusion_hw.schedules.dw_pw.tiles import DwPwProblem, evaluate_tile, rank_tiles
+from tir_checks import (LLVM, assert_schedule_preserves_numerics, blocks, cuda_source, kernels_of, prim_funcs,
+                        ptxas_kernels, run_model)
 
 H200 = "nvidia-h200"
-LLVM = tvm.target.Target({"kind": "llvm"})
 PAIR = "depthwise_conv->pointwise_conv"
 #: The policy knob that turns the pair on (with the default pairs).
 KNOB = ("conv->window", "pointwise_conv->window", PAIR)
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-def _blocks(func):
-    found = []
-    tvm_ffi.structural_walk(func, [(s_tir.SBlock, found.append)], order="post")
-    return found
-
-
 def _weight_kinds(func):
     """Per reduction block of ``func``: the kinds of conv weight it reads, from the shapes alone
     (independent of the rule): "dw" for ``[C, 1, KH, KW]``, "pw" for ``[F, C, 1, 1]``, with C."""
     kinds = []
-    for block in _blocks(func):
+    for block in blocks(func):
         if not any(iv.iter_type == tirx.IterVar.CommReduce for iv in block.iter_vars):
             continue
         found = []
@@ -124,21 +117,7 @@ def fused_variant(**case):
     return pairs[0]
 
 
-def kernels_of(source, group):
-    """{kernel name: body} of the CUDA kernels made for the PrimFunc ``group``."""
-    out = {}
-    header = rf"void (?:__launch_bounds__\([\d, ]+\) )?({group}_kernel\w*)\([^)]*\) {{"
-    for match in re.finditer(header, source):
-        out[match.group(1)] = source[match.end():].split('extern "C"')[0]
-    return out
-
-
-# ---- fixtures ----------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def h200():
-    return hw.target(H200)
-
-
+# ---- fixtures (h200: conftest.py) ------------------------------------------------------------
 @pytest.fixture(scope="session")
 def fused():
     """{(model, batch): {name: PrimFunc}} fused for the H200 with the pair turned on."""
@@ -279,7 +258,8 @@ def test_forced_tiles_compute_the_same(h200, shape, chunk):
     config = dataclasses.replace(rule.get_config(h200), min_threads=8, max_accumulators=128,
                                  max_registers=255)
     # A forced tile is costed under relaxed bounds; the warp multiple is the hardware's own.
-    limits = dataclasses.replace(gpu_limits(h200), warp_size=1)
+    limits = gpu_limits(h200)
+    limits = dataclasses.replace(limits, profile=dataclasses.replace(limits.profile, warp_size=1))
     tile = evaluate_tile(problem, limits, config, shape, chunk)
     assert tile is not None
     sch = rule.schedule_tile(func, h200, tile)
@@ -300,17 +280,29 @@ def test_tiles_respect_target_limits(fused, name):
     for f in funcs:
         problem, tile = rule.plan(f, target)
         for t in [tile] + rank_tiles(problem, limits, config)[:20]:
-            assert t.threads % limits.warp_size == 0
-            assert t.threads <= min(limits.max_threads_per_block, config.max_threads, 256)
+            assert t.threads % limits.profile.warp_size == 0
+            assert t.threads <= min(limits.profile.max_threads_per_block, config.max_threads, 256)
             assert t.shared_bytes <= limits.shared_memory_bytes_per_block
             if target.kind.name == "cuda":
                 assert t.shared_bytes <= 48 * 1024  # static __shared__
-            assert t.registers_estimate <= min(config.max_registers, limits.max_registers_per_thread)
+            assert t.registers_estimate <= min(config.max_registers, limits.profile.max_registers_per_thread)
             assert t.blocks_per_multiprocessor >= 1
             assert t.registers_estimate * t.threads * t.blocks_per_multiprocessor <= \
-                limits.registers_per_multiprocessor
+                limits.profile.registers_per_multiprocessor
         sch = rule.apply(f, target, False)
         assert 0 < allocated_shared_bytes(sch.mod["main"]) <= tile.shared_bytes
+
+
+@pytest.mark.parametrize("name", hw.known_profiles())
+def test_tile_occupancy_is_the_vendor_method(name):
+    """Blocks per SM of every ranked tile (its launch bounds) are hardware.occupancy's."""
+    target = hw.target(name)
+    problem = DwPwProblem(1, 32, 16, 28, 28, (3, 3), (1, 1), (1, 1), 4, 0, 1, 0, 1)
+    tiles = rank_tiles(problem, gpu_limits(target), DepthwisePointwise().get_config(target))
+    assert tiles
+    for tile in tiles:
+        expected = occupancy(hw.load_profile(name), tile.threads, tile.registers_estimate, tile.shared_bytes)
+        assert tile.blocks_per_multiprocessor == expected.blocks_per_multiprocessor, tile
 
 
 # ---- (3) CUDA: one kernel, the depthwise tile in shared memory, no spills ------------------------
@@ -338,15 +330,15 @@ def test_sm90_one_kernel_with_shared_tile_and_no_spills(sm90_dw_pw, fused, h200,
     assert re.search(rf"__shared__ alignas\(\d+\) float \w+\[{tile.chunk * tile.pixels}\];", body)
     assert "__syncthreads()" in body
     assert f"__launch_bounds__({tile.threads}, {tile.blocks_per_multiprocessor}) {name}_kernel" in source
-    if nvcc_path() is None:
+    if not toolchain.have_nvcc():
         pytest.skip("nvcc not found: one kernel and shared memory checked in the source only")
-    regs, spill_st, spill_ld, smem = ptxas_report(source)[f"{name}_kernel"]
-    print(f"dw_pw b{batch}: {regs} registers (estimated {tile.registers_estimate}), {smem} B smem, "
-          f"{tile.threads} threads x {tile.blocks} blocks")
-    assert spill_st == spill_ld == 0
-    assert smem == tile.shared_bytes
+    kernel = ptxas_kernels(source)[f"{name}_kernel"]
+    print(f"dw_pw b{batch}: {kernel.registers} registers (estimated {tile.registers_estimate}), "
+          f"{kernel.static_shared_bytes} B smem, {tile.threads} threads x {tile.blocks} blocks")
+    assert kernel.spill_store_bytes == kernel.spill_load_bytes == 0
+    assert kernel.static_shared_bytes == tile.shared_bytes
     # The launch bound holds the registers to the planned residency.
-    assert regs * tile.threads * tile.blocks_per_multiprocessor <= 65536
+    assert kernel.registers * tile.threads * tile.blocks_per_multiprocessor <= 65536
 
 
 @pytest.fixture(scope="module")
@@ -363,27 +355,27 @@ def test_mobilenet_builds_for_sm90_with_the_pair_on(sm90_mobilenet, fused):
         kernels = kernels_of(source, name)
         assert list(kernels) == [f"{name}_kernel"], name
         assert "__shared__" in kernels[f"{name}_kernel"], name
-    if nvcc_path() is None:
+    if not toolchain.have_nvcc():
         pytest.skip("nvcc not found")
-    report = ptxas_report(source)
-    assert not [k for k, (_, st, ld, _) in report.items() if st or ld]
+    report = ptxas_kernels(source)
+    assert not [k for k, kr in report.items() if kr.spill_store_bytes or kr.spill_load_bytes]
     for name in pairs:
         print(f"{name}: {report[f'{name}_kernel']}")
 
 
 def test_mobilenet_batch32_pairs_have_no_spills(fused, h200):
     """The batch-32 pair kernels alone: their register tiles are the largest."""
-    if nvcc_path() is None:
+    if not toolchain.have_nvcc():
         pytest.skip("nvcc not found")
     rule = DepthwisePointwise()
     kernels = {}
     for name, f in fused[("mobilenet_v2", 32)].items():
         if is_dw_pw_kernel(f):
             kernels[name] = rule.apply(f, h200, False).mod["main"].with_attr("global_symbol", name)
-    report = ptxas_report(cuda_source(tvm.compile(tvm.IRModule(kernels), target=h200)))
+    report = ptxas_kernels(cuda_source(tvm.compile(tvm.IRModule(kernels), target=h200)))
     for name in kernels:
-        regs, spill_st, spill_ld, _ = report[f"{name}_kernel"]
-        assert spill_st == spill_ld == 0, (name, regs)
+        kernel = report[f"{name}_kernel"]
+        assert kernel.spill_store_bytes == kernel.spill_load_bytes == 0, (name, kernel.registers)
 
 
 # ---- (4) ROCm: gfx942 --------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tests for schedules/elementwise.py: the VectorizedElementwise schedule rule.
+"""Tests for schedules/elementwise/: the VectorizedElementwise schedule rule.
 
 CPU only. Checked:
 - the rule takes the fused groups of the eltwise5 and relu_add_mul micro-graphs (our fusion for
@@ -35,21 +35,16 @@ from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.pipeline import fused_module
-from tvm_fusion_hw.schedules.base.limits import gpu_limits
-from tvm_fusion_hw.schedules.elementwise.rule import VectorizedElementwise, register_budget
-from tir_checks import LLVM, assert_schedule_preserves_numerics, cuda_source, prim_funcs, run_model
+from tvm_fusion_hw.schedules.base.limits import gpu_limits, registers_per_thread_at_occupancy
+from tvm_fusion_hw.schedules.elementwise.rule import VectorizedElementwise
+from tir_checks import (LLVM, assert_schedule_preserves_numerics, compile_func, cuda_source, fused_funcs, kernel_body,
+                        prim_funcs, row_sum, run_model)
 
 H200 = "nvidia-h200"
 MICRO = {"eltwise5": "fused_relu_add_tir_sigmoid_multiply", "relu_add_mul": "fused_relu_add_multiply"}
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-def fused_funcs(model, batch, target):
-    """{name: PrimFunc} of ``model`` fused by our pass for ``target``, before scheduling."""
-    mod = import_onnx(build(model, batch=batch), keep_params_in_input=True)
-    return prim_funcs(fused_module(mod, target, hw.fusion_pass(target)))
-
-
 def pipeline(target):
     """``get_pipeline`` with this rule alone before dlight's rules (not the other templates)."""
     return hw.get_pipeline(target, schedules=[VectorizedElementwise()])
@@ -75,16 +70,6 @@ def compile_model(model, target, batch=1):
     return tvm.compile(mod, target=target, relax_pipeline=pipeline(target))
 
 
-def compile_func(func, target):
-    return tvm.compile(tvm.IRModule({"k": func.with_attr("global_symbol", "k")}), target=target)
-
-
-def kernel_body(source, name):
-    match = re.search(rf"void (?:__launch_bounds__\(\d+\) )?{name}\([^)]*\) {{", source)
-    assert match, name
-    return source[match.end():].split('extern "C"')[0]
-
-
 # ---- synthetic PrimFuncs -----------------------------------------------------------------------
 # pylint: disable=invalid-name,no-self-argument
 @T.prim_func(private=True, s_tir=True)
@@ -93,16 +78,6 @@ def transpose(A: T.Buffer((64, 128), "float32"), B: T.Buffer((128, 64), "float32
         with T.sblock("T"):
             vi, vj = T.axis.remap("SS", [i, j])
             B[vi, vj] = A[vj, vi]
-
-
-@T.prim_func(private=True, s_tir=True)
-def row_sum(A: T.Buffer((64, 128), "float32"), B: T.Buffer((64,), "float32")):
-    for i, k in T.grid(64, 128):
-        with T.sblock("sum"):
-            vi, vk = T.axis.remap("SR", [i, k])
-            with T.init():
-                B[vi] = T.float32(0)
-            B[vi] = B[vi] + A[vi, vk]
 
 
 @T.prim_func(private=True, s_tir=True)
@@ -185,12 +160,7 @@ def bias_half(A: T.Buffer((4, 64, 32), "float16"), Bias: T.Buffer((32,), "float1
 # pylint: enable=invalid-name,no-self-argument
 
 
-# ---- fixtures ----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def h200():
-    return hw.target(H200)
-
-
+# ---- fixtures (h200: conftest.py) ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def micro_funcs(h200):
     """{(model, batch): {name: PrimFunc}} of the micro-graphs fused for the H200."""
@@ -242,7 +212,7 @@ def test_scalar_where_fallback_blocks_leave_an_sm_part_idle(func):
     limits = gpu_limits(target)
     problem, plan = VectorizedElementwise().plan(func, target)
     assert problem.lanes == 1
-    assert limits.max_threads_per_multiprocessor % plan.threads == 0
+    assert limits.profile.max_threads_per_multiprocessor % plan.threads == 0
     assert_schedule_preserves_numerics(func, VectorizedElementwise().apply(func, target, False))
     for other in (transpose, strided):  # not coalesced: still Fallback's
         assert VectorizedElementwise().apply(other, target, False) is None
@@ -257,7 +227,8 @@ def test_register_budget_narrows_vectors(name, lanes):
     (32 registers per thread on an H200, 64 VGPRs on an MI300X)."""
     target = hw.target(name)
     rule = VectorizedElementwise()
-    assert register_budget(gpu_limits(target), rule.get_config(target)) == (32 if name == "nvidia-h200" else 64)
+    budget = registers_per_thread_at_occupancy(gpu_limits(target), rule.get_config(target).occupancy)
+    assert budget == (32 if name == "nvidia-h200" else 64)
     for inputs, expected in lanes.items():
         planned = rule.plan(chain_func(inputs, target), target)
         assert (planned[0].lanes if planned else None) == expected, inputs
@@ -269,7 +240,7 @@ def test_register_budget_holds_under_ptxas(h200):
     if not toolchain.have_nvcc():
         pytest.skip("nvcc not found")
     rule = VectorizedElementwise()
-    budget = register_budget(gpu_limits(h200), rule.get_config(h200))
+    budget = registers_per_thread_at_occupancy(gpu_limits(h200), rule.get_config(h200).occupancy)
     for inputs in (3, 5, 8):
         sch = rule.apply(chain_func(inputs, h200), h200, False)
         (kernel,) = kernel_resources.measure_cuda_source(cuda_source(compile_func(sch.mod["main"], h200)), "sm_90")
@@ -306,17 +277,17 @@ def test_grid_follows_the_profile(micro_funcs, name):
     cap = int(target.attrs["max_num_threads"])
     for (model, batch), funcs in micro_funcs.items():
         problem, plan = rule.plan(funcs[MICRO[model]], target)
-        assert plan.threads % limits.warp_size == 0, (model, batch)
-        assert plan.threads <= min(cap, limits.max_threads_per_block)
+        assert plan.threads % limits.profile.warp_size == 0, (model, batch)
+        assert plan.threads <= min(cap, limits.profile.max_threads_per_block)
         assert plan.blocks * plan.threads * plan.vectors_per_thread >= problem.vectors
-        assert plan.blocks >= limits.multiprocessor_count  # every SM gets work
+        assert plan.blocks >= limits.profile.multiprocessor_count  # every SM gets work
         assert plan.balance >= 0.85, (model, batch, plan)  # MI300X b1: 784 blocks of 64 on 304 CUs
         if plan.vectors_per_thread > 1:
             assert plan.blocks * plan.threads >= limits.resident_threads
         if batch == 32:  # 6.4 M elements: at least a wave of resident threads
             assert plan.waves >= 1.0, (model, plan)
     if target.kind.name == "rocm":
-        assert limits.warp_size == 64 and cap == 256
+        assert limits.profile.warp_size == 64 and cap == 256
 
 
 # ---- the CUDA kernels: float4, no spills ---------------------------------------------------------

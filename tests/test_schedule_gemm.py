@@ -1,5 +1,5 @@
-"""Tests for schedules/gemm.py: the ImplicitGemm schedule rule (matmul and conv as GEMM), and its
-tile model schedules/gemm_tiles.py.
+"""Tests for schedules/gemm/: the ImplicitGemm schedule rule (matmul and conv as GEMM), and its
+tile model (tiles.py).
 
 CPU only except the last test. Checked:
 - the rule takes every float32 conv (regular, pointwise, strided) and matmul kernel of ResNet-50
@@ -19,6 +19,7 @@ CPU only except the last test. Checked:
 """
 
 import dataclasses
+import math
 import re
 
 import numpy as np
@@ -29,19 +30,19 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw.fusion.analysis import analyze_func
 from tvm_fusion_hw.frontend import import_onnx
+from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.pipeline import fused_module, get_pipeline
 from tvm_fusion_hw.schedules.base.probe import allocated_shared_bytes
+from tvm_fusion_hw.hardware.occupancy import occupancy
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
 from tvm_fusion_hw.schedules.gemm import tiles as gemm_tiles
 from tvm_fusion_hw.schedules.gemm.rule import ASYNC_COPY_CONFIG, ImplicitGemm, async_copy_enabled
-from tir_checks import (assert_schedule_preserves_numerics, cuda_source, nvcc_path, prim_funcs, ptxas_report,
-                        run_model)
+from tir_checks import (assert_schedule_preserves_numerics, cuda_source, fused_funcs, kernel_body, prim_funcs,
+                        ptxas_kernels, run_model)
 
 H200 = "nvidia-h200"
-GEMM_KINDS = ("conv", "pointwise_conv", "matmul")
 
 
 def plan(func, target):
@@ -53,25 +54,40 @@ def plan(func, target):
 def fused():
     """{(model, batch): {name: PrimFunc}} fused for the H200."""
     target = hw.target(H200)
-    out = {}
-    for model, batch in (("resnet50", 1), ("resnet50", 32), ("bert_encoder_layer", 1)):
-        mod = import_onnx(build(model, batch=batch), keep_params_in_input=True)
-        out[(model, batch)] = prim_funcs(fused_module(mod, target, hw.fusion_pass(target)))
-    return out
+    return {(model, batch): fused_funcs(model, batch, target)
+            for model, batch in (("resnet50", 1), ("resnet50", 32), ("bert_encoder_layer", 1))}
 
 
 # ---- (1) what the rule takes -------------------------------------------------------------------
-@pytest.mark.parametrize("key", [("resnet50", 1), ("resnet50", 32), ("bert_encoder_layer", 1)])
-def test_takes_every_gemm_kernel_and_nothing_else(fused, key):
+def expected_gemms(funcs):
+    """The kernels the rule must take, told from the fused ops' names and the shapes alone (not
+    by the rule): every conv2d that is not depthwise (a [C, 1, KH, KW] weight on C > 1 input
+    channels) and every matmul with more than one output row. A matmul of one row is a GEMV (the
+    classifier at batch 1), left to dlight."""
+    expected = set()
+    for name, func in funcs.items():
+        ops = name.split("_")  # fused_conv2d3_add2_batch_norm2: conv2d3, add2, batch, norm2
+        shapes = [[int(d) for d in p.ty.shape] for p in func.params]
+        if any(re.fullmatch(r"conv2d\d*", op) for op in ops):
+            data, weight = shapes[0], shapes[1]
+            if not (weight[1] == 1 and data[1] > 1):
+                expected.add(name)
+        elif any(re.fullmatch(r"matmul\d*", op) for op in ops) and math.prod(shapes[-1][:-1]) > 1:
+            expected.add(name)
+    return expected
+
+
+@pytest.mark.parametrize("key, count", [
+    (("resnet50", 1), 24),  # ResNet-50's 53 convs in 24 distinct kernels; the classifier a GEMV
+    (("resnet50", 32), 25),  # the same and the classifier, 32 rows
+    (("bert_encoder_layer", 1), 6),  # Q, K, V, output and 2 MLP projections in 4 kernels; 2 attention matmuls
+], ids=["resnet50-b1", "resnet50-b32", "bert_encoder_layer-b1"])
+def test_takes_every_gemm_kernel_and_nothing_else(fused, key, count):
     target = hw.target(H200)
-    taken, gemms = set(), set()
-    for name, func in fused[key].items():
-        matched = ImplicitGemm.match(s_tir.Schedule(func), None)
-        if analyze_func(name, func, 0).kind in GEMM_KINDS and matched is not None:
-            gemms.add(name)
-        if plan(func, target) is not None:
-            taken.add(name)
-    assert len(gemms) >= 6 and taken == gemms
+    expected = expected_gemms(fused[key])
+    taken = {name for name, func in fused[key].items() if plan(func, target) is not None}
+    assert len(expected) == count, sorted(expected)
+    assert taken == expected, (sorted(taken - expected), sorted(expected - taken))
 
 
 def test_declines_float16_and_cpu_targets(fused):
@@ -135,15 +151,15 @@ def test_tiles_respect_target_limits(fused, profile):
         if planned is None:
             continue
         _, tile, sch = planned
-        assert tile.threads % limits.warp_size == 0, name
-        assert tile.threads <= min(limits.max_threads_per_block, 256 if profile.startswith("amd") else 1024)
+        assert tile.threads % limits.profile.warp_size == 0, name
+        assert tile.threads <= min(limits.profile.max_threads_per_block, 256 if profile.startswith("amd") else 1024)
         assert tile.shared_bytes <= limits.shared_memory_bytes_per_block
         assert 0 < allocated_shared_bytes(sch.mod["main"]) <= tile.shared_bytes, name
 
 
 def test_batch1_late_layers_split_k_and_batch32_keep_large_thread_tiles(fused):
     target = hw.target(H200)
-    sms = gpu_limits(target).multiprocessor_count
+    sms = gpu_limits(target).profile.multiprocessor_count
     # 3x3 conv, 512 channels on 7x7: 49 x 512 outputs, K = 4608
     problem, tile, _ = plan(fused[("resnet50", 1)]["fused_conv2d18_add13_batch_norm10_relu10"], target)
     assert (problem.rows, problem.cols, problem.depth) == (49, 512, 4608)
@@ -154,6 +170,23 @@ def test_batch1_late_layers_split_k_and_batch32_keep_large_thread_tiles(fused):
     assert tile.split_k == 1 and tile.micro_rows * tile.micro_cols >= 32
 
 
+@pytest.mark.parametrize("profile", hw.known_profiles())
+def test_tile_occupancy_is_the_vendor_method(profile):
+    """Blocks per SM of every ranked tile are hardware.occupancy's (cuda_occupancy.h, HIP), on a
+    conv's im2col GEMM, a deep late-layer one and BERT's projection."""
+    target = hw.target(profile)
+    limits, config = gpu_limits(target), ImplicitGemm().get_config(target)
+    problems = [gemm_tiles.GemmProblem(1, 3136, 64, 576, 4, True, (False, False)),
+                gemm_tiles.GemmProblem(1, 49, 512, 4608, 4, True, (False, False)),
+                gemm_tiles.GemmProblem(1, 128, 3072, 768, 4, False, (True, True), (True, True))]
+    for problem in problems:
+        tiles = gemm_tiles.rank_tiles(problem, limits, config)
+        assert tiles, problem
+        for tile in tiles:
+            expected = occupancy(hw.load_profile(profile), tile.threads, tile.registers_estimate, tile.shared_bytes)
+            assert tile.blocks_per_multiprocessor == expected.blocks_per_multiprocessor, tile
+
+
 # ---- (4) builds --------------------------------------------------------------------------------
 @pytest.mark.parametrize("model", ["resnet50", "bert_encoder_layer"])
 def test_sm90_gemm_kernels_use_shared_memory_without_spills(fused, model):
@@ -162,15 +195,13 @@ def test_sm90_gemm_kernels_use_shared_memory_without_spills(fused, model):
     source = cuda_source(tvm.compile(mod, target=target, relax_pipeline=get_pipeline(target)))
     gemms = [n for n, f in fused[(model, 1)].items() if plan(f, target) is not None]
     for name in gemms:
-        start = re.search(rf"void (?:__launch_bounds__\(\d+\) )?{name}_kernel\([^)]*\) {{", source)
-        assert start, name
-        assert "__shared__" in source[start.end():].split('extern "C"')[0], name
-    if nvcc_path() is None:
+        assert "__shared__" in kernel_body(source, f"{name}_kernel"), name
+    if not toolchain.have_nvcc():
         pytest.skip("nvcc not found: shared memory checked in the source only")
-    report = ptxas_report(source)
+    report = ptxas_kernels(source)
     for name in gemms:
-        _, spill_st, spill_ld, smem = report[f"{name}_kernel"]
-        assert spill_st == 0 and spill_ld == 0 and smem > 0, name
+        kernel = report[f"{name}_kernel"]
+        assert kernel.spill_store_bytes == kernel.spill_load_bytes == 0 and kernel.static_shared_bytes > 0, name
 
 
 def test_resnet50_builds_for_gfx942():
@@ -238,11 +269,11 @@ def test_sm90_async_builds_use_cp_async_without_spills(model, batch):
     with hw.pass_context(target):
         source = cuda_source(tvm.compile(mod, target=target, relax_pipeline=get_pipeline(target)))
     assert "cp.async.cg.shared.global" in source or "cp.async.ca.shared.global" in source
-    if nvcc_path() is None:
+    if not toolchain.have_nvcc():
         pytest.skip("nvcc not found: cp.async checked in the source only")
-    for name, (_, spill_st, spill_ld, smem) in ptxas_report(source).items():
-        assert spill_st == 0 and spill_ld == 0, name
-        assert smem <= 48 * 1024, name  # static shared memory
+    for name, kernel in ptxas_kernels(source).items():
+        assert kernel.spill_store_bytes == 0 and kernel.spill_load_bytes == 0, name
+        assert kernel.static_shared_bytes <= 48 * 1024, name  # static shared memory
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tests for schedules/row_reduction.py: the RowReduction schedule rule (and its tile model).
+"""Tests for schedules/row_reduction/: the RowReduction schedule rule (and its tile model).
 
 CPU only, except the tests marked gpu. Checked:
 - in the zoo (our fusion for the H200) the rule takes exactly the row kernels: the fused residual
@@ -27,7 +27,7 @@ import re
 
 import pytest
 import tvm
-from tvm import relax, s_tir
+from tvm import relax
 from tvm.s_tir import dlight as dl
 from tvm.script import tirx as T
 
@@ -39,7 +39,8 @@ from tvm_fusion_hw.models import build
 from tvm_fusion_hw.pipeline import fused_module, schedule_pass
 from tvm_fusion_hw.schedule_report import explain_schedules
 from tvm_fusion_hw.schedules import ConvPool, DepthwiseConv, ImplicitGemm, RowReduction, VectorizedElementwise
-from tir_checks import LLVM, assert_schedule_preserves_numerics, cuda_source, prim_funcs, run_model
+from tir_checks import (LLVM, assert_schedule_preserves_numerics, blocks, compile_func, cuda_source, fused_funcs,
+                        kernel_body, prim_funcs, row_sum, run_model)
 
 H200 = "nvidia-h200"
 #: (model, batch) -> the kernels the rule takes in our fusion for the H200.
@@ -53,12 +54,6 @@ ROW_KERNELS = {
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-def fused_funcs(model, batch, target):
-    """{name: PrimFunc} of ``model`` fused by our pass for ``target``, before scheduling."""
-    mod = import_onnx(build(model, batch=batch), keep_params_in_input=True)
-    return prim_funcs(fused_module(mod, target, hw.fusion_pass(target)))
-
-
 def relax_func(op, shape, target, params=0):
     """The one fused PrimFunc of ``op(x, *params)`` on ``x`` of ``shape`` (params: 1-D rows)."""
     bb = relax.BlockBuilder()
@@ -80,42 +75,13 @@ def softmax(shape, target):
     return relax_func(lambda x: relax.op.nn.softmax(x, axis=-1), shape, target)
 
 
-def compile_func(func, target):
-    return tvm.compile(tvm.IRModule({"k": func.with_attr("global_symbol", "k")}), target=target)
-
-
-def kernel_body(source, name):
-    match = re.search(rf"void (?:__launch_bounds__\(\d+\) )?{name}\([^)]*\) {{", source)
-    assert match, name
-    return source[match.end():].split('extern "C"')[0]
-
-
 def readers_of(sch, buffer_name):
     """Blocks of a schedule that read the parameter named ``buffer_name`` (one per global pass)."""
-    found = []
-
-    def visit(block):
-        if any(r.source.name == buffer_name for r in block.reads):
-            found.append(block.name_hint)
-
-    import tvm_ffi  # pylint: disable=import-outside-toplevel
-
-    tvm_ffi.structural_walk(sch.mod["main"].body, [(s_tir.SBlock, visit)], order="post")
-    return found
+    return [b.name_hint for b in blocks(sch.mod["main"].body) if any(r.source.name == buffer_name for r in b.reads)]
 
 
 # ---- synthetic PrimFuncs -----------------------------------------------------------------------
 # pylint: disable=invalid-name,no-self-argument
-@T.prim_func(private=True, s_tir=True)
-def row_sum(A: T.Buffer((64, 128), "float32"), B: T.Buffer((64,), "float32")):
-    for i, k in T.grid(64, 128):
-        with T.sblock("sum"):
-            vi, vk = T.axis.remap("SR", [i, k])
-            with T.init():
-                B[vi] = T.float32(0)
-            B[vi] = B[vi] + A[vi, vk]
-
-
 @T.prim_func(private=True, s_tir=True)
 def relu(A: T.Buffer((64, 128), "float32"), B: T.Buffer((64, 128), "float32")):
     for i, j in T.grid(64, 128):
@@ -188,12 +154,7 @@ def dynamic_sum(a: T.handle, b: T.handle):
 # pylint: enable=invalid-name,no-self-argument
 
 
-# ---- fixtures ----------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def h200():
-    return hw.target(H200)
-
-
+# ---- fixtures (h200: conftest.py) ------------------------------------------------------------
 @pytest.fixture(scope="session")
 def zoo_funcs(h200):
     """{(model, batch): {name: PrimFunc}} of the models with row kernels, fused for the H200."""

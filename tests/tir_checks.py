@@ -1,16 +1,22 @@
-"""Helpers the schedule-rule tests share: run a GPU-scheduled PrimFunc on the CPU, read CUDA."""
+"""Helpers the schedule-rule tests share: run a GPU-scheduled PrimFunc on the CPU, read CUDA.
 
-import os
+What the project itself does (find nvcc, run and parse ptxas, find the device modules of a build)
+is not copied here: the tests call :mod:`tvm_fusion_hw.hardware.toolchain` and
+:mod:`tvm_fusion_hw.feedback`, so that they check the helpers the plugin uses."""
+
 import re
-import shutil
-import subprocess
-import tempfile
 
 import tvm
 import tvm_ffi
-from tvm import tirx
+from tvm import relax, s_tir, tirx
+from tvm.script import tirx as T
 
-from tvm_fusion_hw.feedback.kernel_launches import device_modules
+import tvm_fusion_hw as hw
+from tvm_fusion_hw.feedback.kernel_launches import CUDA_KINDS, device_modules
+from tvm_fusion_hw.feedback.kernel_resources import measure_cuda_source
+from tvm_fusion_hw.frontend import import_onnx
+from tvm_fusion_hw.models import build, example_inputs
+from tvm_fusion_hw.pipeline import fused_module
 
 LLVM = tvm.target.Target({"kind": "llvm"})
 
@@ -18,6 +24,25 @@ LLVM = tvm.target.Target({"kind": "llvm"})
 def prim_funcs(mod):
     """{name: PrimFunc} of a module."""
     return {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
+
+
+def fused_funcs(model, batch, target, fuse=None):
+    """{name: PrimFunc} of zoo ``model`` fused for ``target`` (by ``fuse``, else our pass with its
+    defaults), before scheduling: one PrimFunc per kernel."""
+    mod = import_onnx(build(model, batch=batch), keep_params_in_input=True)
+    return prim_funcs(fused_module(mod, target, fuse or hw.fusion_pass(target)))
+
+
+def blocks(func):
+    """The blocks of a PrimFunc, innermost first."""
+    found = []
+    tvm_ffi.structural_walk(func, [(s_tir.SBlock, found.append)], order="post")
+    return found
+
+
+def compile_func(func, target):
+    """``tvm.compile`` of one PrimFunc (as ``k``) for ``target``."""
+    return tvm.compile(tvm.IRModule({"k": func.with_attr("global_symbol", "k")}), target=target)
 
 
 def serial(func):
@@ -36,7 +61,7 @@ def serial(func):
 
 def run_llvm(func, args):
     """Run ``func`` (last argument is the output) on the CPU; return the output."""
-    ex = tvm.compile(tvm.IRModule({"k": func.with_attr("global_symbol", "k")}), target=LLVM)
+    ex = compile_func(func, LLVM)
     tensors = [tvm.runtime.tensor(a) for a in args]
     ex["k"](*tensors)
     return tensors[-1].numpy()
@@ -44,7 +69,28 @@ def run_llvm(func, args):
 
 def cuda_source(ex):
     """All CUDA source of a built executable."""
-    return "\n".join(m.inspect_source("") for m in device_modules(ex, ["cuda"]))
+    return "\n".join(m.inspect_source("") for m in device_modules(ex, CUDA_KINDS))
+
+
+_KERNEL_HEADER = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\([^)]*\) \{')
+
+
+def kernels_of(source, group=None):
+    """{kernel name: body} of the CUDA kernels defined in ``source``; with ``group``, only those
+    made for the PrimFunc ``group`` (``<group>_kernel``, ``<group>_kernel_1``, ...)."""
+    out = {}
+    for match in _KERNEL_HEADER.finditer(source):
+        name = match.group(1)
+        if group is None or re.fullmatch(rf"{re.escape(group)}_kernel\w*", name):
+            out[name] = source[match.end():].split('extern "C"')[0]
+    return out
+
+
+def kernel_body(source, name):
+    """The body of the CUDA kernel ``name`` in ``source`` (it must be there)."""
+    bodies = kernels_of(source)
+    assert name in bodies, (name, sorted(bodies))
+    return bodies[name]
 
 
 def assert_schedule_preserves_numerics(func, sch, seed=0, reassociates=False):
@@ -69,52 +115,41 @@ def assert_schedule_preserves_numerics(func, sch, seed=0, reassociates=False):
     np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=atol)
 
 
-def nvcc_path():
-    """nvcc, or None when CUDA is not installed."""
-    found = shutil.which("nvcc")
-    if found is None and os.path.exists("/usr/local/cuda/bin/nvcc"):
-        found = "/usr/local/cuda/bin/nvcc"
-    return found
+def ptxas_kernels(source, arch="sm_90"):
+    """{kernel: KernelResources} of CUDA source, measured as the register feedback measures it
+    (:func:`tvm_fusion_hw.feedback.kernel_resources.measure_cuda_source`: TVM's nvcc command
+    through :mod:`tvm_fusion_hw.feedback.ptxas`, its ``-v`` report parsed). Needs nvcc
+    (:func:`tvm_fusion_hw.hardware.toolchain.have_nvcc`)."""
+    return {k.name: k for k in measure_cuda_source(source, arch)}
 
 
-def ptxas_report(source):
-    """{kernel: (registers, spill stores, spill loads, smem bytes)} from ``nvcc -Xptxas -v``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cu = os.path.join(tmp, "k.cu")
-        with open(cu, "w", encoding="utf-8") as f:
-            f.write(source)
-        proc = subprocess.run(
-            [nvcc_path(), "--cubin", "-arch=sm_90", "-w", "-Xptxas", "-v", "-O3", "--use_fast_math",
-             "-o", os.path.join(tmp, "k.cubin"), cu],
-            capture_output=True, text=True, check=True, timeout=300)
-    report, name, spills = {}, None, (0, 0)
-    for line in proc.stderr.splitlines():
-        m = re.search(r"Function properties for (\w+)", line)
-        if m:
-            name = m.group(1)
-        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m:
-            spills = (int(m.group(1)), int(m.group(2)))
-        m = re.search(r"Used (\d+) registers.*?(?:(\d+) bytes smem)?$", line)
-        if m and name:
-            report[name] = (int(m.group(1)), *spills, int(m.group(2) or 0))
-    return report
+def zoo_module(name, batch=1):
+    """(Relax module with weights as parameters, weights, input arrays in main's order) of zoo
+    model ``name``, on its seeded example inputs and weights."""
+    model = build(name, batch=batch)
+    mod, params = relax.frontend.detach_params(import_onnx(model))
+    feeds = example_inputs(model)
+    num_input = int(mod["main"].attrs["num_input"])
+    return mod, params.get("main", []), [feeds[p.name] for p in mod["main"].params[:num_input]]
 
 
 def run_model(name, batch, target, pipeline, device):
     """(first output as numpy, vm, args) of zoo model ``name`` built with ``pipeline`` for
     ``target`` and run on ``device`` on its seeded example inputs and weights."""
-    from tvm import relax  # pylint: disable=import-outside-toplevel
-
-    from tvm_fusion_hw.frontend import import_onnx  # pylint: disable=import-outside-toplevel
-    from tvm_fusion_hw.models import build, example_inputs  # pylint: disable=import-outside-toplevel
-
-    model = build(name, batch=batch)
-    mod, params = relax.frontend.detach_params(import_onnx(model))
-    feeds = example_inputs(model)
-    num_input = int(mod["main"].attrs["num_input"])
-    args = [tvm.runtime.tensor(feeds[p.name], device) for p in mod["main"].params[:num_input]]
-    args += [tvm.runtime.tensor(w.numpy(), device) for w in params.get("main", [])]
+    mod, weights, inputs = zoo_module(name, batch)
+    args = [tvm.runtime.tensor(a, device) for a in inputs] + [tvm.runtime.tensor(w.numpy(), device) for w in weights]
     vm = relax.VirtualMachine(tvm.compile(mod, target=target, relax_pipeline=pipeline), device)
     out = vm["main"](*args)
     return (out[0] if isinstance(out, (list, tuple)) else out).numpy(), vm, args
+
+
+# ---- synthetic PrimFuncs that more than one rule's tests use ---------------------------------
+# pylint: disable=invalid-name,no-self-argument
+@T.prim_func(private=True, s_tir=True)
+def row_sum(A: T.Buffer((64, 128), "float32"), B: T.Buffer((64,), "float32")):
+    for i, k in T.grid(64, 128):
+        with T.sblock("sum"):
+            vi, vk = T.axis.remap("SR", [i, k])
+            with T.init():
+                B[vi] = T.float32(0)
+            B[vi] = B[vi] + A[vi, vk]

@@ -14,49 +14,93 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import List, Optional
 
 from .errors import FusionHWError
 
 
-def _load_module(model: str, batch: int):
-    from .frontend import import_onnx  # pylint: disable=import-outside-toplevel
+def _read_model(model: str, batch: int):
+    """The ONNX model to compile (a file, checked, or a zoo model built) and the name for errors."""
+    from .frontend import check_importable, load_onnx  # pylint: disable=import-outside-toplevel
 
+    if batch < 1:
+        raise FusionHWError(f"--batch must be at least 1, got {batch}")
     if model.endswith(".onnx") or os.sep in model:
         if batch != 1:
             raise FusionHWError("--batch applies to zoo models only; an ONNX file has its own shapes")
-        return import_onnx(model)
+        proto = load_onnx(model)
+        check_importable(proto, model)
+        return proto, model
     from .models import build  # pylint: disable=import-outside-toplevel
 
-    return import_onnx(build(model, batch=batch))
+    return build(model, batch=batch), model
 
 
-def _write_atomically(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, so a failure leaves nothing behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
+def _check_output(path: str, flag: str) -> Path:
+    """Refuse, before compiling, an output path that cannot be written."""
+    out = Path(path)
+    if out.is_dir():
+        raise FusionHWError(f"{flag} {path} is a directory; name a file in it")
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise FusionHWError(f"{flag} {path}: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise FusionHWError(f"{flag} {path}: cannot write in {folder}")
+    return out
+
+
+def _write_atomically(outputs) -> None:
+    """Write every ``(path, write)`` through a temporary file in its folder, then move them all
+    into place: a failure leaves none of them behind (nor folders made for them)."""
+    made: List[Path] = []
+    staged: List[tuple] = []
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        for path, write in outputs:
+            missing = [p for p in [path.parent, *path.parent.parents] if not p.exists()]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made += reversed(missing)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+            os.close(fd)
+            staged.append((tmp, path))
+            write(tmp)
+        for tmp, path in staged:
+            os.replace(tmp, path)
+        made = []
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        for folder in reversed(made):  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
     import tvm  # pylint: disable=import-outside-toplevel
 
-    from .fusion import fuse_pass  # pylint: disable=import-outside-toplevel
     from . import pipeline  # pylint: disable=import-outside-toplevel
+    from .frontend import import_onnx  # pylint: disable=import-outside-toplevel
     from .progress import Progress  # pylint: disable=import-outside-toplevel
+    from .hardware.profile import load_profile  # pylint: disable=import-outside-toplevel
     from .hardware.target import target as make_target  # pylint: disable=import-outside-toplevel
 
+    # bad input ends here, before any progress line or output file
+    outputs = {flag: _check_output(path, flag) for flag, path in
+               (("--report-json", args.report_json), ("--export", args.export)) if path}
+    if len(outputs) == 2 and outputs["--report-json"].resolve() == outputs["--export"].resolve():
+        raise FusionHWError("--report-json and --export name the same file")
+    load_profile(args.profile)  # its errors before the model's; the target (and TVM's log lines) after
+    model, name = _read_model(args.model, args.batch)
     tgt = make_target(args.profile)
     progress = Progress(total=2 + int(args.compare_stock) + int(args.schedules), enabled=not args.quiet)
     with progress.stage(f"import {args.model} (batch {args.batch})"):
-        mod = _load_module(args.model, args.batch)
+        mod = import_onnx(model, name=name)
     start = time.perf_counter()
     # the plugin's PassContext options (cp.async on sm_80+), as a user's build sets them
     with pipeline.pass_context(tgt):
@@ -90,11 +134,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
             stock = time.perf_counter() - start
         summary += f" (stock {stock:.1f}s, {len(pipeline.stock_groups(mod, tgt))} kernels)"
     print(summary)
+    writes = {"--report-json": lambda tmp: Path(tmp).write_text(report.to_json()),
+              "--export": ex.export_library}
+    _write_atomically([(path, writes[flag]) for flag, path in outputs.items()])
     if args.report_json:
-        _write_atomically(Path(args.report_json), lambda tmp: Path(tmp).write_text(report.to_json()))
         print(f"report written to {args.report_json}")
     if args.export:
-        _write_atomically(Path(args.export), ex.export_library)
         print(f"library written to {args.export}")
     return 0
 
@@ -112,6 +157,9 @@ def cmd_models(_args: argparse.Namespace) -> int:
 
     for name in list_models():
         print(f"{name:22} input {input_shape(name, 1)}")
+    from .models import corpus  # pylint: disable=import-outside-toplevel
+
+    print("\n" + "\n".join(corpus.describe()))
     return 0
 
 
@@ -134,10 +182,15 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--quiet", action="store_true", help="no progress lines")
     comp.set_defaults(func=cmd_compile)
     sub.add_parser("profiles", help="list hardware profiles").set_defaults(func=cmd_profiles)
-    sub.add_parser("models", help="list zoo models").set_defaults(func=cmd_models)
+    sub.add_parser("models", help="list zoo models and the real-model corpus").set_defaults(func=cmd_models)
     # bundle parses its own options (tvm_fusion_hw.bundle): everything after it goes there
     sub.add_parser("bundle", help="write a runtime-only benchmark bundle", add_help=False)
     return parser
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):  # pylint: disable=unused-argument
+    """A warning as one line on stderr (a template's fallback, say), without a source excerpt."""
+    print(f"warning: {message}", file=file or sys.stderr)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -146,6 +199,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if args.command != "bundle" and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    warnings.showwarning = _one_line_warning
     try:
         if args.command == "bundle":
             from .bundle.writer import bundle_main  # pylint: disable=import-outside-toplevel
@@ -153,7 +207,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return bundle_main(rest)
         return args.func(args)
     except FusionHWError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -162,7 +216,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.debug:
             raise
         first = (str(err).strip().splitlines() or [""])[-1]
-        print(f"error: {type(err).__name__}: {first} (run with --debug for the traceback)", file=sys.stderr)
+        print(f"{parser.prog}: error: {type(err).__name__}: {first} (run with --debug for the traceback)",
+              file=sys.stderr)
         return 1
 
 

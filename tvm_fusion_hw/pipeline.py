@@ -8,20 +8,22 @@ fusion decisions alone.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import tvm
 from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_pipeline
 from tvm.relax.backend.cuda import pipeline as cuda_pipeline
 from tvm.relax.backend.rocm import pipeline as rocm_pipeline
-from tvm.s_tir import dlight as dl
 
 from .errors import FusionHWError
 from .fusion.dead_blocks import EliminateDeadBlocks
 from .fusion.fuse_pass import HardwareAwareFuseOps
+from .fusion.policy import PairRefusal
 from .hardware.profile import HardwareProfile
+from .hardware.target import check_target_profile
 from .hardware.toolchain import configure_rocm
+from .guarded_schedule import GuardedSchedule, dlight_rules
 from .schedules import default_rules, template_planners
 from .schedules.gemm.rule import ASYNC_COPY_CONFIG, supports_async_copy
 
@@ -56,29 +58,30 @@ def fusion_pass(target_or_profile: Union[tvm.target.Target, HardwareProfile, str
     return HardwareAwareFuseOps(target_or_profile, planners=template_planners(), **knobs)
 
 
-def schedule_pass(rules: Optional[Sequence] = None) -> tvm.transform.Pass:
-    """dlight's default GPU schedule with ``rules`` (default: this plugin's templates) tried first."""
-    return dl.ApplyDefaultSchedule(
-        *(default_rules() if rules is None else rules),
-        dl.gpu.Matmul(),
-        dl.gpu.GEMV(),
-        dl.gpu.Reduction(),
-        dl.gpu.GeneralReduction(),
-        dl.gpu.Fallback(),
-    )
+def schedule_pass(rules: Optional[Sequence] = None, verify: str = "build") -> GuardedSchedule:
+    """dlight's default GPU schedule with ``rules`` (default: this plugin's templates) tried
+    first, each template's kernel built alone before it is accepted (``verify``, see
+    :class:`~tvm_fusion_hw.guarded_schedule.GuardedSchedule`): a rule that fails on a kernel hands
+    it to the next, and dlight's rules come last."""
+    return GuardedSchedule(default_rules() if rules is None else rules, dlight_rules(), verify=verify)
 
 
 def legalize_passes(target: tvm.target.Target, fuse_pass: tvm.transform.Pass,
-                    schedules: Union[bool, Sequence] = True):
-    """TVM's legalization passes for ``target`` with the plugin's fusion (and schedules) in them."""
+                    schedules: Union[bool, Sequence, tvm.transform.Pass] = True, verify: str = "build"):
+    """TVM's legalization passes for ``target`` with the plugin's fusion (and schedules) in them.
+
+    ``schedules``: True (the plugin's templates), False (dlight's default schedule, as stock), a
+    sequence of rules tried before dlight's, or a schedule pass to use as it is."""
     legalize = _swap_fuse_ops(_backend(target).legalize_passes(target), fuse_pass)
     # Fused epilogues can carry dead outputs (batch_norm's running statistics): drop them before
     # scheduling, or dlight leaves them as host loops over device memory.
     fuse_tir = [p.info.name for p in legalize].index("FuseTIR")
     legalize.insert(fuse_tir + 1, EliminateDeadBlocks())
-    if schedules is not False and target.kind.name in ("cuda", "rocm"):
+    if isinstance(schedules, tvm.transform.Pass):
+        legalize = _swap(legalize, "ApplyDefaultSchedule", schedules)
+    elif schedules is not False and target.kind.name in ("cuda", "rocm"):
         rules = None if schedules is True or schedules is None else list(schedules)
-        legalize = _swap(legalize, "ApplyDefaultSchedule", schedule_pass(rules))
+        legalize = _swap(legalize, "ApplyDefaultSchedule", schedule_pass(rules, verify))
     return legalize
 
 
@@ -87,6 +90,7 @@ def get_pipeline(
     profile: Union[HardwareProfile, str, None] = None,
     fuse_pass: Optional[HardwareAwareFuseOps] = None,
     schedules: Union[bool, Sequence] = True,
+    verify: str = "build",
     **knobs,
 ) -> tvm.transform.Pass:
     """TVM's default pipeline for ``target`` with hardware-aware fusion in place of FuseOps.
@@ -108,6 +112,12 @@ def get_pipeline(
         GPU targets; a sequence tries those rules instead (e.g. ``[DepthwiseConv()]`` alone).
         False keeps dlight's default schedule: then fusion (and removing the dead blocks it can
         leave, see :mod:`.dead_blocks`) is the only difference from :func:`stock_pipeline`.
+    verify : str
+        How a template's kernel is checked before it is accepted (see
+        :class:`~tvm_fusion_hw.guarded_schedule.GuardedSchedule`): ``"build"`` (default), ``"device"``
+        (also nvcc, where installed) or ``"none"``. A kernel that fails goes to the next rule, and
+        a complex pair whose fused kernel its template cannot schedule is fused again apart
+        (staged). The returned pipeline's ``schedule_pass.log`` lists every such fallback.
     **knobs
         Keywords of :class:`tvm_fusion_hw.PolicyConfig`, passed to the fusion pass.
     """
@@ -116,22 +126,66 @@ def get_pipeline(
         fuse_pass = fusion_pass(profile if profile is not None else target, **knobs)
     elif knobs:
         raise FusionHWError("give either fuse_pass or knobs, not both")
+    if getattr(fuse_pass, "profile", None) is not None:  # no ROCm profile with a CUDA target, nor the reverse
+        check_target_profile(target, fuse_pass.profile)
 
-    legalize = legalize_passes(target, fuse_pass, schedules)
+    guarded = schedules is not False and target.kind.name in ("cuda", "rocm")
+    schedule = schedule_pass(None if schedules is True else list(schedules), verify) if guarded else None
+
+    def run(mod: tvm.IRModule, fuse: HardwareAwareFuseOps) -> tvm.IRModule:
+        with target:
+            return tvm.transform.Sequential(
+                passes.library_dispatch_passes(target)
+                + legalize_passes(target, fuse, schedule if guarded else schedules)
+                + passes.dataflow_lower_passes(target)
+                + passes.finalize_passes(target)
+            )(mod)
 
     @tvm.transform.module_pass(opt_level=0, name="HardwareAwarePipeline")
     def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        with target:
-            seq = tvm.transform.Sequential(
-                passes.library_dispatch_passes(target)
-                + legalize
-                + passes.dataflow_lower_passes(target)
-                + passes.finalize_passes(target)
-            )
-            return seq(mod)
+        built = run(mod, fuse_pass)
+        for _ in range(_MAX_PAIR_RETRIES):  # fuse again without the pairs no template could run
+            refused = unscheduled_pairs(fuse_pass.report, schedule) if schedule is not None else ()
+            if not refused:
+                break
+            config = fuse_pass.config
+            retry = HardwareAwareFuseOps(fuse_pass.profile, planners=fuse_pass.planners, **{
+                **config.__dict__, "refused_pairs": tuple(config.refused_pairs) + tuple(refused)})
+            built = run(mod, retry)
+            fuse_pass.config, fuse_pass.report = retry.config, retry.report
+        return built
 
     _pipeline.fuse_pass = fuse_pass  # so that callers read fuse_pass.report after tvm.compile
+    _pipeline.schedule_pass = schedule  # its log: the rule of every kernel, every fallback
     return _pipeline
+
+
+#: Rebuilds a pipeline may make to stage complex pairs whose fused kernel no template scheduled.
+_MAX_PAIR_RETRIES = 3
+
+
+def unscheduled_pairs(report, schedule: GuardedSchedule) -> Tuple[PairRefusal, ...]:
+    """The fused complex pairs of ``report`` whose kernel a template failed to schedule (the
+    schedule's log shows a fallback on it and no template took it): each as a refusal, the failure
+    its reason."""
+    log, templates = schedule.log, {type(r).__name__ for r in schedule.templates}
+    refused = []
+    for fallback in log.fallbacks:
+        if log.rules.get(fallback.kernel) in templates:
+            continue  # another template took the kernel
+        group = next((g for g in report.groups if g.kernel == fallback.kernel), None)
+        if group is None:
+            continue
+        ops = set(group.ops)
+        for decision in report.decisions:
+            fig = decision.figures
+            if decision.rule != "complex-pair" or not decision.fused or "producer_ops" not in fig:
+                continue
+            if set(fig["producer_ops"]) | set(fig["consumer_ops"]) <= ops:
+                refused.append(PairRefusal(tuple(fig["producer_ops"]), tuple(fig["consumer_ops"]),
+                                           f"the {fallback.rule} template failed on the fused kernel "
+                                           f"{fallback.kernel} at {fallback.stage} ({fallback.error})"))
+    return tuple(dict.fromkeys(refused))
 
 
 def pass_context(target: tvm.target.Target) -> tvm.transform.PassContext:

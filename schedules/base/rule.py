@@ -1,30 +1,83 @@
-"""The shape every tiled schedule rule here shares: match, rank, schedule the best tile."""
+"""The contract every schedule template here follows: match, rank, schedule, check, finish.
+
+:class:`TiledScheduleRule` is a dlight ``ScheduleRule`` whose ``apply`` runs five steps; each
+template gives the first three and keeps or overrides the last two:
+
+1. ``match(sch, config, limits) -> (problem, *blocks) | None``: recognise the pattern in the TIR
+   and inline what surrounds it; None: not this rule's PrimFunc (the next rule takes it);
+2. ``rank(problem, limits, config) -> [tile]``: the tiles to try, best first, from the tile model
+   on the target's hardware profile (``limits``);
+3. ``schedule(sch, problem, tile, *blocks) -> Schedule | None``: apply one tile (to ``sch`` in
+   place, returning None, or returning a new schedule);
+4. ``check(sch, problem, tile, limits) -> (tile, exact) | None``: whether the scheduled result is
+   what the tile planned; the default compares the shared memory TVM compacts the buffers to with
+   the tile's ``shared_bytes`` (exact), or accepts it while it fits a block (not exact, the tile's
+   figure corrected); None refuses the tile;
+5. ``finish(sch, tile) -> Schedule``: a last rewrite of the chosen schedule (launch bounds, say);
+   the default returns it unchanged.
+
+The first exact tile is taken, else the first accepted one. A tile whose scheduling raises a
+``ScheduleError`` (or a ``ValueError`` of a check) is skipped; any other exception leaves the rule
+and is the pipeline's to handle (:mod:`tvm_fusion_hw.guarded_schedule` hands the kernel on).
+``Config`` is a dataclass of search bounds with ``max_attempts``.
+"""
 
 from __future__ import annotations
 
+import abc
 import dataclasses
-from typing import Optional
+from typing import Optional, Sequence, Tuple
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.target import Target
 
-from .limits import gpu_limits
+from .limits import GPULimits, gpu_limits
 from .probe import allocated_shared_bytes
 
+#: What one tile's failed scheduling raises: the next tile is tried.
+TILE_ERRORS = (RuntimeError, ValueError)  # ScheduleError (a RuntimeError), a pass's failed check
 
-class TiledScheduleRule(GPUScheduleRule):
+
+class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
     """A rule that matches its pattern in the TIR, ranks tiles on the target's hardware profile,
-    and schedules the best tile whose shared buffers TVM compacts to the planned size.
+    and schedules the best tile that checks out (see the module docstring for the five steps)."""
 
-    Subclasses give three functions (as static methods) and a ``Config`` with ``max_attempts``:
-    ``match(sch, config) -> (problem, *blocks) | None`` (inlining what surrounds the pattern),
-    ``rank(problem, limits, config) -> [tile]`` (best first, each with ``shared_bytes``) and
-    ``schedule(sch, problem, tile, *blocks)``.
-    """
+    Config: type  # the search bounds, a dataclass with ``max_attempts`` (set by subclasses)
 
-    match = rank = schedule = None  # set by subclasses
+    # ---- the steps a template gives ------------------------------------------------------------
+    @staticmethod
+    @abc.abstractmethod
+    def match(sch: s_tir.Schedule, config, limits: GPULimits) -> Optional[Tuple]:
+        """``(problem, *blocks)`` of the pattern in ``sch`` (surroundings inlined), or None."""
 
+    @staticmethod
+    @abc.abstractmethod
+    def rank(problem, limits: GPULimits, config) -> Sequence:
+        """The tiles for ``problem``, best first."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def schedule(sch: s_tir.Schedule, problem, tile, *blocks) -> Optional[s_tir.Schedule]:
+        """Apply ``tile`` to the matched blocks of ``sch`` (in place: None; or a new schedule)."""
+
+    # ---- the steps with defaults -----------------------------------------------------------------
+    def check(self, sch: s_tir.Schedule, problem, tile, limits: GPULimits):  # pylint: disable=unused-argument
+        """``(tile, exact)``: the shared buffers compact to the tile's plan (exact), or still fit a
+        block (the tile's ``shared_bytes`` corrected); None: refused. A tile that does not divide
+        the output can compact to far more than planned."""
+        allocated = allocated_shared_bytes(sch.mod["main"])
+        if allocated <= tile.shared_bytes:
+            return tile, True
+        if allocated <= limits.shared_memory_bytes_per_block:
+            return dataclasses.replace(tile, shared_bytes=allocated), False
+        return None
+
+    def finish(self, sch: s_tir.Schedule, tile) -> s_tir.Schedule:  # pylint: disable=unused-argument
+        """The chosen schedule, rewritten once more if the template needs it (here: unchanged)."""
+        return sch
+
+    # ---- what dlight and the fusion policy call -------------------------------------------------
     def apply(self, func: tirx.PrimFunc, target: Target, _: bool) -> Optional[s_tir.Schedule]:
         planned = self.schedule_best(func, target)
         return None if planned is None else planned[2]
@@ -35,20 +88,20 @@ class TiledScheduleRule(GPUScheduleRule):
         return None if planned is None else planned[:2]
 
     def schedule_tile(self, func: tirx.PrimFunc, target: Target, tile) -> Optional[s_tir.Schedule]:
-        """``func`` scheduled with a given ``tile`` (one of ``rank``'s, or made by hand); None when
-        ``func`` is not this rule's pattern or the tile fails."""
+        """``func`` scheduled with a given ``tile`` (one of ``rank``'s, or made by hand), finished
+        but not checked; None when ``func`` is not this rule's pattern or the tile fails."""
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
             return None
         sch = s_tir.Schedule(func)
-        matched = self.match(sch, self.get_config(target))
+        matched = self.match(sch, self.get_config(target), gpu_limits(target))
         if matched is None:
             return None
         problem, *blocks = matched
         try:
-            self.schedule(sch, problem, tile, *blocks)
-        except RuntimeError:  # ScheduleError, InternalError
+            sch = self.schedule(sch, problem, tile, *blocks) or sch
+        except TILE_ERRORS:
             return None
-        return sch
+        return self.finish(sch, tile)
 
     def schedule_best(self, func: tirx.PrimFunc, target: Target):
         """(problem, tile, schedule) for ``func``, or None when it is not this rule's pattern."""
@@ -59,7 +112,7 @@ class TiledScheduleRule(GPUScheduleRule):
 
         # Step 1. Match the pattern and inline what surrounds it.
         matched_sch = s_tir.Schedule(func)
-        matched = self.match(matched_sch, config)
+        matched = self.match(matched_sch, config, limits)
         if matched is None:
             return None
         problem, *blocks = matched
@@ -67,20 +120,25 @@ class TiledScheduleRule(GPUScheduleRule):
         # Step 2. Rank the tiles on the hardware profile.
         tiles = self.rank(problem, limits, config)
 
-        # Step 3. Schedule the best tile whose shared buffers TVM compacts to the planned size
-        # (a tile that does not divide the output can compact to far more); failing that, the
-        # first whose compacted buffers still fit a block. Each attempt starts from a copy of the
+        # Step 3. Schedule and check the tiles in order; each attempt starts from a copy of the
         # matched schedule (its block handles stay valid in the copy).
-        fallback = None
-        for tile in tiles[: config.max_attempts]:
-            sch = matched_sch.copy()
+        accepted = None
+        for tile in list(tiles)[: config.max_attempts]:
             try:
-                self.schedule(sch, problem, tile, *blocks)
-                allocated = allocated_shared_bytes(sch.mod["main"])
-            except RuntimeError:  # ScheduleError, or an InternalError of a TVM pass
+                sch = matched_sch.copy()
+                sch = self.schedule(sch, problem, tile, *blocks) or sch
+                verdict = self.check(sch, problem, tile, limits)
+            except TILE_ERRORS:
                 continue
-            if allocated <= tile.shared_bytes:
-                return problem, tile, sch
-            if fallback is None and allocated <= limits.shared_memory_bytes_per_block:
-                fallback = (problem, dataclasses.replace(tile, shared_bytes=allocated), sch)
-        return fallback
+            if verdict is None:
+                continue
+            checked, exact = verdict
+            if exact:
+                return problem, checked, self.finish(sch, checked)
+            if accepted is None:
+                accepted = (problem, checked, sch)
+
+        # Step 4. Else the first tile that was accepted at all.
+        if accepted is None:
+            return None
+        return accepted[0], accepted[1], self.finish(accepted[2], accepted[1])

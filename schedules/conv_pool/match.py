@@ -10,7 +10,7 @@ never by name.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import Optional, Tuple
 
 from tvm import s_tir, tirx
 from tvm.ir import TensorLoad
@@ -18,16 +18,13 @@ from tvm.runtime import DataType
 from tvm.s_tir.dlight.analysis import get_root_block
 
 from tvm_fusion_hw.schedules.base.tir_match import const_int, inline_all_but, is_reduction, reduction_pair, linear_coefficients, mac_operands, only_coefficients, padding_producer, tensor_loads, trivially_bound, var_position
-from .tiles import ConvPoolProblem
-
-if TYPE_CHECKING:  # the rule's Config, in annotations only
-    from .rule import ConvPool
+from .tiles import ConvPoolConfig, ConvPoolProblem
 
 SBlockRV = s_tir.schedule.SBlockRV
 
 
 def match_conv_pool_group(  # pylint: disable=too-many-return-statements,too-many-branches
-    sch: s_tir.Schedule, config: "ConvPool.Config"
+    sch: s_tir.Schedule, config: ConvPoolConfig
 ) -> Optional[Tuple[ConvPoolProblem, Optional[SBlockRV], SBlockRV, SBlockRV, Optional[SBlockRV]]]:
     """Find the conv, its padding producer, the pool and the pool's tail; inline all other blocks.
 
@@ -72,7 +69,7 @@ def match_conv_pool_group(  # pylint: disable=too-many-return-statements,too-man
 
 
 def pair_problem(  # pylint: disable=too-many-return-statements
-    producer: tirx.PrimFunc, consumer: tirx.PrimFunc, config: "ConvPool.Config"
+    producer: tirx.PrimFunc, consumer: tirx.PrimFunc, config: ConvPoolConfig
 ) -> Optional[ConvPoolProblem]:
     """The problem ConvPool would see in ``producer`` fused with ``consumer``, or None when it
     would not take them (see :func:`.conv_pool.supports_pair`)."""
@@ -135,7 +132,7 @@ def _problem(conv_shape: tuple, pooled: tuple, data: tirx.Buffer) -> ConvPoolPro
 
 
 def _match_conv(  # pylint: disable=too-many-locals,too-many-return-statements
-    sch: s_tir.Schedule, conv: SBlockRV, config: "ConvPool.Config"
+    sch: s_tir.Schedule, conv: SBlockRV, config: ConvPoolConfig
 ) -> Optional[tuple]:
     """Match ``out[n,f,y,x] += data[n, rc, y*sh + ry*dh, x*sw + rx*dw] * weight[f, rc, ry, rx]``.
 
@@ -194,7 +191,7 @@ def _match_pool(  # pylint: disable=too-many-locals,too-many-return-statements
     sch: s_tir.Schedule,
     pool: SBlockRV,
     source: tirx.Buffer,
-    config: "ConvPool.Config",
+    config: ConvPoolConfig,
 ) -> Optional[Tuple[Tuple[int, int], Tuple[int, int], str]]:
     """Match ``pool[n,f,p,q] = max|sum(pool[...], E)`` where every read of ``source`` (the conv
     output, shape ``[N, F, H, W]``) in ``E`` is ``source[n, f, p*K + rv0, q*K' + rv1]`` over a

@@ -16,8 +16,61 @@ import math
 from typing import List, NamedTuple, Optional, Tuple
 
 from . import shared_banks
-from tvm_fusion_hw.schedules.base.limits import GPULimits
+from tvm_fusion_hw.schedules.base.limits import GPULimits, tile_occupancy
 from .shared_banks import input_reads, vector_alignment, weight_reads
+
+
+@dataclasses.dataclass
+class ConvPoolConfig:  # pylint: disable=too-many-instance-attributes
+    """Tile-search bounds; the hardware figures come from the target, not from here.
+
+    Attributes
+    ----------
+    min_threads, max_threads : int
+        Threads per block (a multiple of the warp).
+    max_accumulators : int
+        Conv outputs a thread keeps in registers (``CV x K*PHV x K'*PWV``); 64 keeps ptxas
+        below 128 registers with 3x3 kernels on sm_90.
+    max_channels_per_thread : int
+        Upper bound on ``CV``.
+    max_chunk : int
+        Upper bound on ``RC`` (input channels per staging pass).
+    max_unrolled_fma, max_unroll : int
+        FMAs and input channels in one unrolled step of the inner channel loop (instruction
+        cache). Four channels already vectorise the weight loads of a 3x3 kernel; with eight,
+        ptxas (sm_80 and sm_90) needed 96 registers for a 32-accumulator tile, squeezed it
+        into 80 and spilled, where four gave 102-109 registers and no spill. On the H200
+        (bench/results/2026-11-30-h200-stop10) conv_relu_pool at batch 32 ran 5% slower with
+        its 64-accumulator tile unrolled by four (2304 FMAs a step: 0.710 against 0.678 ms)
+        and compiled in 3.4x stock's time; 576 (batch 1's tile) measured well.
+    max_registers : int
+        Estimated registers per thread allowed. Seen with nvcc 13 on sm_90: given
+        ``__launch_bounds__(256)`` ptxas squeezes a kernel that needs 96 or 168 registers into
+        80 or 128 (for one more resident block) and spills; at 128 or below (the estimate is
+        within 2 for the 64-accumulator tiles near it) ptxas leaves it alone.
+    max_kernel, max_stride, max_window : int
+        Largest conv kernel side, conv stride and pool window handled.
+    max_attempts : int
+        Ranked tiles tried before giving up, when TVM compacts a shared buffer to more than
+        planned (an edge-tile guard it cannot see through).
+    shortlist : int
+        Shapes whose every chunk is costed, after all shapes were costed at their largest
+        chunk (the full product is ~30k evaluations, most of a compile's time).
+    """
+
+    min_threads: int = 64
+    max_threads: int = 256
+    max_accumulators: int = 64
+    max_channels_per_thread: int = 8
+    max_chunk: int = 32
+    max_unrolled_fma: int = 1024
+    max_unroll: int = 4
+    max_registers: int = 128
+    max_kernel: int = 7
+    max_stride: int = 2
+    max_window: int = 4
+    max_attempts: int = 8
+    shortlist: int = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +233,7 @@ class _ShapeCosts(NamedTuple):
 
 
 def _shape_costs(  # pylint: disable=too-many-locals
-    problem: ConvPoolProblem, limits: GPULimits, config: "ConvPool.Config",
+    problem: ConvPoolProblem, limits: GPULimits, config: ConvPoolConfig,
     shape: Tuple[int, int, int, int, int, int],
 ) -> Optional[_ShapeCosts]:
     """The chunk-independent part of :func:`evaluate_tile`, or None when the shape breaks a limit
@@ -188,13 +241,13 @@ def _shape_costs(  # pylint: disable=too-many-locals
     cv, ct, phv, pht, pwv, pwt = shape
     (kh, kw), (wh, ww) = problem.kernel, problem.window
     threads = ct * pht * pwt
-    if threads % limits.warp_size or not config.min_threads <= threads <= config.max_threads:
+    if threads % limits.profile.warp_size or not config.min_threads <= threads <= config.max_threads:
         return None
-    if threads > limits.max_threads_per_block:
+    if threads > limits.profile.max_threads_per_block:
         return None
     rows, cols = wh * phv, ww * pwv  # conv outputs per thread
-    budget = min(config.max_registers, limits.max_registers_per_thread,
-                 limits.registers_per_multiprocessor // threads)
+    budget = min(config.max_registers, limits.profile.max_registers_per_thread,
+                 limits.profile.registers_per_multiprocessor // threads)
     # Every chunk may step one channel at a time, and unrolling only adds registers: a shape over
     # the budget at unroll 1 fits no chunk.
     if (cv * rows * cols > config.max_accumulators or config.max_unroll < 1
@@ -209,7 +262,7 @@ def _shape_costs(  # pylint: disable=too-many-locals
     win_rows, win_cols = problem.input_extent(rows, cols)
     (sh, sw) = problem.stride
     pitch, in_instr, in_wavefronts = input_reads(
-        limits.warp_size, pht, pwt, (rows * sh, cols * sw), win_cols, in_cols)
+        limits.profile.warp_size, pht, pwt, (rows * sh, cols * sw), win_cols, in_cols)
     return _ShapeCosts(shape, threads, rows, cols, budget, in_rows, in_cols, win_rows, win_cols,
                        pitch, in_instr, in_wavefronts, in_rows * pitch + weight_words)
 
@@ -217,7 +270,7 @@ def _shape_costs(  # pylint: disable=too-many-locals
 def evaluate_tile(
     problem: ConvPoolProblem,
     limits: GPULimits,
-    config: "ConvPool.Config",
+    config: ConvPoolConfig,
     shape: Tuple[int, int, int, int, int, int],
     chunk: int,
 ) -> Optional[ConvPoolTile]:
@@ -237,7 +290,7 @@ def evaluate_tile(
 
 
 def _tile_at(  # pylint: disable=too-many-locals
-    problem: ConvPoolProblem, limits: GPULimits, config: "ConvPool.Config", costs: _ShapeCosts,
+    problem: ConvPoolProblem, limits: GPULimits, config: ConvPoolConfig, costs: _ShapeCosts,
     chunk: int,
 ) -> Optional[ConvPoolTile]:
     """:func:`evaluate_tile` of a shape whose chunk-independent costs are ``costs``."""
@@ -262,26 +315,19 @@ def _tile_at(  # pylint: disable=too-many-locals
         * math.ceil(problem.pooled[0] / (pht * phv))
         * math.ceil(problem.pooled[1] / (pwt * pwv))
     )
-    reg_alloc = int(math.ceil(regs / 8.0) * 8)
-    resident = min(
-        limits.max_threads_per_multiprocessor // threads,
-        limits.shared_memory_bytes_per_multiprocessor
-        // (smem + limits.shared_memory_reserved_bytes_per_block),
-        limits.max_blocks_per_multiprocessor,
-        limits.registers_per_multiprocessor // (threads * reg_alloc),
-    )
+    resident = tile_occupancy(limits, threads, regs, smem).blocks_per_multiprocessor
     if resident < 1:
         return None
 
     # One staging pass of one block: issue and shared-memory slots of its multiprocessor.
-    warps = threads // limits.warp_size
+    warps = threads // limits.profile.warp_size
     input_load, input_instr = _load_plan(chunk * costs.in_rows, costs.in_cols, threads)
     weight_load, weight_instr = _load_plan(ct * cv, chunk * taps, threads)
     fma = chunk * taps * acc
     # Per input channel: the window's rows, and each of the thread's channels' taps (vectorised
     # over the unrolled channels' taps, as far as alignment allows).
     w_instr, w_wavefronts = weight_reads(
-        limits.warp_size, pht * pwt, cv * chunk * taps, unroll * taps,
+        limits.profile.warp_size, pht * pwt, cv * chunk * taps, unroll * taps,
         vector_alignment(chunk * taps, unroll * taps))
     lds_instr = chunk * (costs.win_rows * costs.in_instr + cv * w_instr / unroll)
     issue = fma + lds_instr + input_instr + weight_instr + _PASS_INSTR
@@ -293,8 +339,8 @@ def _tile_at(  # pylint: disable=too-many-locals
         issue *= _PARTIAL_TILE_ISSUE_FACTOR
     shared = _SLOTS_PER_WAVEFRONT * chunk * (costs.win_rows * costs.in_wavefronts
                                              + cv * w_wavefronts / unroll)
-    slots_per_s = limits.warp_instructions_per_s / limits.multiprocessor_count
-    per_sm = math.ceil(blocks / limits.multiprocessor_count)  # the busiest multiprocessor
+    slots_per_s = limits.warp_instructions_per_s / limits.profile.multiprocessor_count
+    per_sm = math.ceil(blocks / limits.profile.multiprocessor_count)  # the busiest multiprocessor
     resident_warps = min(resident, per_sm) * warps
     efficiency = min(1.0, _ISSUE_EFFICIENCY[0] + _ISSUE_EFFICIENCY[1] * resident_warps
                      / _SCHEDULERS_PER_MULTIPROCESSOR)
@@ -312,8 +358,8 @@ def _tile_at(  # pylint: disable=too-many-locals
     dram_bytes = problem.dtype_bytes * problem.batch * (
         problem.in_channels * (ph * wh * sh) * (pw * ww * sw) + problem.out_channels * ph * pw
     )
-    time = max(time, dram_bytes / limits.dram_bytes_per_s) + _LAUNCH_S
-    peak = limits.warp_instructions_per_s * 2 * limits.warp_size
+    time = max(time, dram_bytes / limits.profile.dram_bytes_per_s) + _LAUNCH_S
+    peak = limits.warp_instructions_per_s * 2 * limits.profile.warp_size
     return ConvPoolTile(
         channels_per_thread=cv,
         thread_channels=ct,
@@ -340,7 +386,7 @@ def _tile_at(  # pylint: disable=too-many-locals
 
 
 def rank_tiles(
-    problem: ConvPoolProblem, limits: GPULimits, config: "ConvPool.Config"
+    problem: ConvPoolProblem, limits: GPULimits, config: ConvPoolConfig
 ) -> List[ConvPoolTile]:
     """The tiles allowed by ``limits`` and ``config``, best first (see :func:`evaluate_tile`).
 
@@ -359,17 +405,17 @@ def rank_tiles(
 @functools.lru_cache(maxsize=16)
 def _ranked(problem: ConvPoolProblem, limits: GPULimits, config_type: type,
             config_fields: tuple) -> Tuple[ConvPoolTile, ...]:
-    """The ranking, kept by value (a ``ConvPool.Config`` is mutable, so its fields are the key)."""
+    """The ranking, kept by value (a ``ConvPoolConfig`` is mutable, so its fields are the key)."""
     return tuple(_rank(problem, limits, config_type(*config_fields)))
 
 
 def _rank(  # pylint: disable=too-many-locals
-    problem: ConvPoolProblem, limits: GPULimits, config: "ConvPool.Config"
+    problem: ConvPoolProblem, limits: GPULimits, config: ConvPoolConfig
 ) -> List[ConvPoolTile]:
     """:func:`rank_tiles`, computed."""
     (ph, pw), c_out = problem.pooled, problem.out_channels
-    (wh, ww), warp = problem.window, limits.warp_size
-    max_threads = min(config.max_threads, limits.max_threads_per_block)
+    (wh, ww), warp = problem.window, limits.profile.warp_size
+    max_threads = min(config.max_threads, limits.profile.max_threads_per_block)
     chunks = _divisors(problem.in_channels, config.max_chunk)
 
     def key(tile):
@@ -418,9 +464,9 @@ def _rank(  # pylint: disable=too-many-locals
 
 
 def clear_caches() -> None:
-    """Forget the remembered rankings and the helpers' results (divisors, and the bank simulations
-    of :mod:`.shared_banks`), so that the next ranking pays its whole cost:
+    """Forget the remembered rankings and the helpers' results (divisors, occupancies, and the bank
+    simulations of :mod:`.shared_banks`), so that the next ranking pays its whole cost:
     ``bench/compile_times.py`` times cold compiles."""
-    for cached in (_ranked, _divisors, _splits):
+    for cached in (_ranked, _divisors, _splits, tile_occupancy):
         cached.cache_clear()
     shared_banks.clear_caches()

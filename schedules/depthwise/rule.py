@@ -25,7 +25,6 @@ instead of 71 ms with dlight's rules; the 32x112x112 layer runs at 2.9 TB/s (35 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional, Tuple
 
 from tvm import s_tir, tirx
@@ -35,7 +34,7 @@ from tvm.target import Target
 
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int, inline_all_but, is_reduction, linear_coefficients, mac_operands, only_coefficients, padding_producer, trivially_bound, var_position
-from .tiles import DepthwiseProblem, DepthwiseTile, rank_tiles
+from .tiles import DepthwiseConfig, DepthwiseProblem, DepthwiseTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV
 
@@ -47,48 +46,8 @@ class DepthwiseConv(TiledScheduleRule):
     padding producer and one injective epilogue chain), so that dlight's rules take it.
     """
 
-    @dataclasses.dataclass
-    class Config:  # pylint: disable=too-many-instance-attributes
-        """Tile-search bounds; the hardware figures come from the target, not from here.
-
-        Attributes
-        ----------
-        min_threads, max_threads : int
-            Threads per block; ``max_threads`` is kept low enough that several blocks share an SM
-            and one block's load phase overlaps another's compute (there is one barrier per block).
-        max_outputs_per_thread : int
-            Upper bound on ``VH`` (register accumulators per thread).
-        preferred_outputs_per_thread : int
-            Tie-break towards this ``VH``.
-        max_channels_per_block : int
-            Upper bound on ``TC`` (several channels per block for small planes, e.g. 7x7).
-        max_tile_cols : int
-            Upper bound on ``TW``.
-        min_occupancy : float
-            Fraction of an SM's threads that must be able to stay resident under the register
-            estimate: bounds registers per thread.
-        max_kernel : int
-            Largest KH or KW handled (windows are fully unrolled).
-        max_stride : int
-            Largest stride handled.
-        sector_bytes : int
-            Granule of a global memory access (32-byte sectors on NVIDIA, 64-byte lines on AMD).
-        max_attempts : int
-            Ranked tiles tried before giving up, when TVM compacts a tile's shared buffer to more
-            than planned (an edge-tile guard it cannot see through).
-        """
-
-        min_threads: int = 64
-        max_threads: int = 256
-        max_outputs_per_thread: int = 8
-        preferred_outputs_per_thread: int = 4
-        max_channels_per_block: int = 64
-        max_tile_cols: int = 128
-        min_occupancy: float = 0.5
-        max_kernel: int = 7
-        max_stride: int = 2
-        sector_bytes: int = 32
-        max_attempts: int = 16
+    #: the search bounds; the class lives beside the tile model (:mod:`.tiles`)
+    Config = DepthwiseConfig
 
     def get_config(self, target: Target) -> "DepthwiseConv.Config":
         """The search bounds for ``target``'s kind."""
@@ -101,7 +60,7 @@ class DepthwiseConv(TiledScheduleRule):
 
     # ---- the rule: TiledScheduleRule calls these three -----------------------------------------
     @staticmethod
-    def match(sch, config):
+    def match(sch, config, limits):  # pylint: disable=unused-argument
         """``(problem, *blocks)`` of the pattern in ``sch`` (surroundings inlined), or None."""
         return match_depthwise_group(sch, config)
 

@@ -10,7 +10,51 @@ import dataclasses
 import math
 from typing import List, Optional, Tuple
 
-from tvm_fusion_hw.schedules.base.limits import GPULimits
+from tvm_fusion_hw.schedules.base.limits import GPULimits, tile_occupancy
+
+
+@dataclasses.dataclass
+class DepthwiseConfig:  # pylint: disable=too-many-instance-attributes
+    """Tile-search bounds; the hardware figures come from the target, not from here.
+
+    Attributes
+    ----------
+    min_threads, max_threads : int
+        Threads per block; ``max_threads`` is kept low enough that several blocks share an SM
+        and one block's load phase overlaps another's compute (there is one barrier per block).
+    max_outputs_per_thread : int
+        Upper bound on ``VH`` (register accumulators per thread).
+    preferred_outputs_per_thread : int
+        Tie-break towards this ``VH``.
+    max_channels_per_block : int
+        Upper bound on ``TC`` (several channels per block for small planes, e.g. 7x7).
+    max_tile_cols : int
+        Upper bound on ``TW``.
+    min_occupancy : float
+        Fraction of an SM's threads that must be able to stay resident under the register
+        estimate: bounds registers per thread.
+    max_kernel : int
+        Largest KH or KW handled (windows are fully unrolled).
+    max_stride : int
+        Largest stride handled.
+    sector_bytes : int
+        Granule of a global memory access (32-byte sectors on NVIDIA, 64-byte lines on AMD).
+    max_attempts : int
+        Ranked tiles tried before giving up, when TVM compacts a tile's shared buffer to more
+        than planned (an edge-tile guard it cannot see through).
+    """
+
+    min_threads: int = 64
+    max_threads: int = 256
+    max_outputs_per_thread: int = 8
+    preferred_outputs_per_thread: int = 4
+    max_channels_per_block: int = 64
+    max_tile_cols: int = 128
+    min_occupancy: float = 0.5
+    max_kernel: int = 7
+    max_stride: int = 2
+    sector_bytes: int = 32
+    max_attempts: int = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +93,7 @@ class DepthwiseTile:  # pylint: disable=too-many-instance-attributes
     cols: int  # TW: columns per block, one thread each
     threads: int
     blocks: int
+    blocks_per_multiprocessor: int  # resident, by threads, registers and shared memory
     shared_bytes: int
     registers_estimate: int
     load_mode: str  # shared load: "rows" or "flat" (see _load_plan)
@@ -84,7 +129,7 @@ def _registers(problem: DepthwiseProblem, rows_per_thread: int) -> int:
     return rows_per_thread + kh * kw + kw + 13
 
 
-def _col_candidates(width: int, config: "DepthwiseConv.Config") -> List[int]:
+def _col_candidates(width: int, config: DepthwiseConfig) -> List[int]:
     """TW: the full width, even fractions of it, and powers of two up to the next above it."""
     cands = set()
     if width <= config.max_tile_cols:
@@ -135,7 +180,7 @@ def _load_plan(tc: int, in_rows: int, in_cols: int, threads: int) -> Tuple[str, 
 def _evaluate(  # pylint: disable=too-many-arguments,too-many-locals
     problem: DepthwiseProblem,
     limits: GPULimits,
-    config: "DepthwiseConv.Config",
+    config: DepthwiseConfig,
     tc: int,
     ty: int,
     vh: int,
@@ -152,7 +197,7 @@ def _evaluate(  # pylint: disable=too-many-arguments,too-many-locals
     included. Measured on an H200 the model ranks tiles right and is 10-50% optimistic.
     """
     threads = tc * ty * cols
-    if threads % limits.warp_size or threads < config.min_threads:
+    if threads % limits.profile.warp_size or threads < config.min_threads:
         return None
     regs = _registers(problem, vh)
     rows = ty * vh
@@ -166,19 +211,14 @@ def _evaluate(  # pylint: disable=too-many-arguments,too-many-locals
         * math.ceil(problem.height / rows)
         * math.ceil(problem.width / cols)
     )
-    per_sm = min(
-        limits.max_threads_per_multiprocessor // threads,
-        limits.shared_memory_bytes_per_multiprocessor
-        // (smem + limits.shared_memory_reserved_bytes_per_block),
-        limits.max_blocks_per_multiprocessor,
-        limits.registers_per_multiprocessor // (threads * int(math.ceil(regs / 8.0) * 8)),
-    )
+    resident = tile_occupancy(limits, threads, regs, smem)
+    per_sm = resident.blocks_per_multiprocessor
     if per_sm < 1:
         return None
     plane_rows, plane_cols = problem.input_extent(problem.height, problem.width)
     needed_in = problem.batch * problem.channels * plane_rows * plane_cols
     read = min(1.0, needed_in / (blocks * tc * in_rows * in_cols))
-    waves = blocks / (limits.multiprocessor_count * per_sm)
+    waves = blocks / (limits.profile.multiprocessor_count * per_sm)
     wave = waves / math.ceil(waves)
 
     # Memory: contiguous runs (full-width tiles read and write whole rows, or whole planes).
@@ -194,15 +234,14 @@ def _evaluate(  # pylint: disable=too-many-arguments,too-many-locals
     )
     # Latency hiding: DRAM bandwidth needs the SM's threads resident (shared memory per block
     # can cap that: measured 13% slower at 7/8 occupancy on an H200).
-    occupancy = min(1.0, per_sm * threads / limits.max_threads_per_multiprocessor)
-    t_memory = bytes_moved / limits.dram_bytes_per_s / occupancy
+    t_memory = bytes_moved / limits.profile.dram_bytes_per_s / resident.occupancy
 
     # Issue: the load passes, the window (taps and deduplicated shared loads), the outputs.
     (kh, kw), (sh, _) = problem.kernel, problem.stride
     load_mode, rows_per_pass, load_instr = _load_plan(tc, in_rows, in_cols, threads)
     window = ((vh - 1) * sh + kh) * kw
     thread_instr = _THREAD_INSTR + load_instr + vh * (kh * kw + _OUTPUT_INSTR) + window
-    warps = blocks * math.ceil(threads / limits.warp_size)
+    warps = blocks * math.ceil(threads / limits.profile.warp_size)
     t_issue = warps * thread_instr / limits.warp_instructions_per_s
     if problem.height % rows or problem.channels % tc:
         t_issue *= _PARTIAL_TILE_ISSUE_FACTOR
@@ -215,6 +254,7 @@ def _evaluate(  # pylint: disable=too-many-arguments,too-many-locals
         cols=cols,
         threads=threads,
         blocks=blocks,
+        blocks_per_multiprocessor=per_sm,
         shared_bytes=smem,
         registers_estimate=regs,
         load_mode=load_mode,
@@ -224,12 +264,12 @@ def _evaluate(  # pylint: disable=too-many-arguments,too-many-locals
         memory_efficiency=bytes_ideal / bytes_moved,
         wave_efficiency=wave,
         time_s=time,
-        score=bytes_ideal / limits.dram_bytes_per_s / time,
+        score=bytes_ideal / limits.profile.dram_bytes_per_s / time,
     )
 
 
 def rank_tiles(
-    problem: DepthwiseProblem, limits: GPULimits, config: "DepthwiseConv.Config"
+    problem: DepthwiseProblem, limits: GPULimits, config: DepthwiseConfig
 ) -> List[DepthwiseTile]:
     """The tiles allowed by ``limits`` and ``config``, best first (see :func:`_evaluate`).
 
@@ -238,11 +278,11 @@ def rank_tiles(
     shared tile fits a block's static shared memory. Ties go to ``VH`` nearest
     ``config.preferred_outputs_per_thread``, then to fewer threads.
     """
-    max_threads = min(config.max_threads, limits.max_threads_per_block)
+    max_threads = min(config.max_threads, limits.profile.max_threads_per_block)
     reg_budget = min(
-        limits.max_registers_per_thread,
-        limits.registers_per_multiprocessor
-        / (limits.max_threads_per_multiprocessor * config.min_occupancy),
+        limits.profile.max_registers_per_thread,
+        limits.profile.registers_per_multiprocessor
+        / (limits.profile.max_threads_per_multiprocessor * config.min_occupancy),
     )
     ranked = []
     for cols in _col_candidates(problem.width, config):

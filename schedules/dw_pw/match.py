@@ -10,17 +10,14 @@ give the :class:`~.dw_pw_tiles.DwPwProblem` the tile model ranks. The pattern is
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import Optional, Tuple
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
 
 from tvm_fusion_hw.schedules.base.tir_match import const_int, inline_all_but, is_plain_spatial, is_reduction, linear_coefficients, mac_operands, only_coefficients, padding_producer, reduction_pair, tensor_loads, trivially_bound, var_position
 from tvm_fusion_hw.schedules.depthwise.rule import match_depthwise, match_depthwise_group
-from .tiles import DwPwProblem
-
-if TYPE_CHECKING:  # the rule's Config, in annotations only
-    from .rule import DepthwisePointwise
+from .tiles import DwPwConfig, DwPwProblem
 
 SBlockRV = s_tir.schedule.SBlockRV
 
@@ -99,7 +96,7 @@ def _float32(*buffers: tirx.Buffer) -> bool:
 
 
 def match_dw_pw_group(  # pylint: disable=too-many-return-statements,too-many-locals,too-many-branches
-    sch: s_tir.Schedule, config: "DepthwisePointwise.Config"
+    sch: s_tir.Schedule, config: DwPwConfig
 ) -> Optional[tuple]:
     """Find the padding, the depthwise conv, the block the pointwise conv reads (its epilogue
     ends there), the pointwise conv and its tail; inline all other blocks.
@@ -178,7 +175,7 @@ def match_dw_pw_group(  # pylint: disable=too-many-return-statements,too-many-lo
 
 
 def pair_problem(  # pylint: disable=too-many-return-statements,too-many-locals
-    producer: tirx.PrimFunc, consumer: tirx.PrimFunc, config: "DepthwisePointwise.Config"
+    producer: tirx.PrimFunc, consumer: tirx.PrimFunc, config: DwPwConfig
 ) -> Optional[DwPwProblem]:
     """The problem DepthwisePointwise would see in ``producer`` fused with ``consumer``, or None
     when it would not take them (see :func:`.dw_pw.supports_pair`)."""

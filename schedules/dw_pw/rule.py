@@ -44,7 +44,6 @@ spills. Not measured on a GPU yet: the pair is not one of the policy's default p
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional, Tuple
 
 from tvm import s_tir, tirx
@@ -55,7 +54,7 @@ from tvm_fusion_hw.schedules.base.tir_match import const_int
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
 from tvm_fusion_hw.schedules.base.launch_bounds import with_min_blocks_per_multiprocessor
 from .match import match_dw_pw_group, pair_problem
-from .tiles import DwPwProblem, DwPwTile, rank_tiles
+from .tiles import DwPwConfig, DwPwProblem, DwPwTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV
 
@@ -67,59 +66,8 @@ class DepthwisePointwise(TiledScheduleRule):
     so that the next rule takes it.
     """
 
-    @dataclasses.dataclass
-    class Config:  # pylint: disable=too-many-instance-attributes
-        """Tile-search bounds; the hardware figures come from the target, not from here.
-
-        Attributes
-        ----------
-        min_threads, max_threads : int
-            Threads per block (a multiple of the warp).
-        max_pixels : int
-            Upper bound on ``TH x TW`` (the GEMM's M per block).
-        max_pixels_per_thread, max_channels_per_thread : int
-            Upper bounds on ``MP`` and ``MF``.
-        max_accumulators : int
-            ``MP x MF`` at most: keeps ptxas well below 128 registers.
-        max_out_channels : int
-            Upper bound on ``FT``.
-        max_chunk : int
-            Upper bound on ``KC`` (shared memory bounds it too).
-        stage_unroll : int
-            Iterations of a staging loop unrolled (``#pragma unroll``): global loads a thread has
-            in flight before it waits. Unrolled whole, ptxas hoists every load of a pass and the
-            registers follow the tile's halo (up to 254 seen on sm_90). 0: no pragma.
-        max_unroll, max_unrolled_fma : int
-            K steps and FMAs in one unrolled step of the GEMM's K loop (the compiler loads every
-            unrolled step's operands ahead: registers).
-        max_registers : int
-            Estimated registers per thread allowed (ptxas leaves a kernel alone up to 128, see
-            :mod:`.conv_pool`).
-        max_kernel, max_stride : int
-            Largest depthwise kernel side and stride handled.
-        max_attempts : int
-            Ranked tiles tried before giving up, when TVM compacts a shared buffer to more than
-            planned.
-        shortlist : int
-            Shapes whose every chunk is costed, after all shapes were costed at their largest chunk.
-        """
-
-        min_threads: int = 64
-        max_threads: int = 256
-        max_pixels: int = 512
-        max_pixels_per_thread: int = 8
-        max_channels_per_thread: int = 8
-        max_accumulators: int = 64
-        max_out_channels: int = 128
-        max_chunk: int = 256
-        stage_unroll: int = 8
-        max_unroll: int = 8
-        max_unrolled_fma: int = 128
-        max_registers: int = 128
-        max_kernel: int = 7
-        max_stride: int = 2
-        max_attempts: int = 8
-        shortlist: int = 48
+    #: the search bounds; the class lives beside the tile model (:mod:`.tiles`)
+    Config = DwPwConfig
 
     def get_config(self, target: Target) -> "DepthwisePointwise.Config":
         """The search bounds for ``target``'s kind: at most 256 threads on both (TVM 0.27's AMDGPU
@@ -129,19 +77,13 @@ class DepthwisePointwise(TiledScheduleRule):
             return DepthwisePointwise.Config(stage_unroll=0)
         return DepthwisePointwise.Config()
 
-    def apply(self, func: tirx.PrimFunc, target: Target, _: bool) -> Optional[s_tir.Schedule]:
-        """``func`` scheduled with the best tile that compacts as planned, launch-bounded."""
-        planned = self.schedule_best(func, target)
-        return None if planned is None else with_min_blocks_per_multiprocessor(planned[2], planned[1].blocks_per_multiprocessor)
-
-    def schedule_tile(self, func: tirx.PrimFunc, target: Target, tile) -> Optional[s_tir.Schedule]:
-        """``func`` scheduled with ``tile``, launch-bounded; None when it is not this pattern."""
-        sch = super().schedule_tile(func, target, tile)
-        return None if sch is None else with_min_blocks_per_multiprocessor(sch, tile.blocks_per_multiprocessor)
+    def finish(self, sch: s_tir.Schedule, tile) -> s_tir.Schedule:
+        """Launch-bounded to the tile's modelled residency (see ``with_min_blocks_per_multiprocessor``)."""
+        return with_min_blocks_per_multiprocessor(sch, tile.blocks_per_multiprocessor)
 
     # ---- the rule: TiledScheduleRule calls these three -----------------------------------------
     @staticmethod
-    def match(sch, config):
+    def match(sch, config, limits):  # pylint: disable=unused-argument
         """``(problem, *blocks)`` of the pattern in ``sch`` (surroundings inlined), or None."""
         return match_dw_pw_group(sch, config)
 

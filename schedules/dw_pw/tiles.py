@@ -18,7 +18,62 @@ import itertools
 import math
 from typing import List, Optional, Tuple
 
-from tvm_fusion_hw.schedules.base.limits import GPULimits
+from tvm_fusion_hw.schedules.base.limits import GPULimits, tile_occupancy
+
+
+@dataclasses.dataclass
+class DwPwConfig:  # pylint: disable=too-many-instance-attributes
+    """Tile-search bounds; the hardware figures come from the target, not from here.
+
+    Attributes
+    ----------
+    min_threads, max_threads : int
+        Threads per block (a multiple of the warp).
+    max_pixels : int
+        Upper bound on ``TH x TW`` (the GEMM's M per block).
+    max_pixels_per_thread, max_channels_per_thread : int
+        Upper bounds on ``MP`` and ``MF``.
+    max_accumulators : int
+        ``MP x MF`` at most: keeps ptxas well below 128 registers.
+    max_out_channels : int
+        Upper bound on ``FT``.
+    max_chunk : int
+        Upper bound on ``KC`` (shared memory bounds it too).
+    stage_unroll : int
+        Iterations of a staging loop unrolled (``#pragma unroll``): global loads a thread has
+        in flight before it waits. Unrolled whole, ptxas hoists every load of a pass and the
+        registers follow the tile's halo (up to 254 seen on sm_90). 0: no pragma.
+    max_unroll, max_unrolled_fma : int
+        K steps and FMAs in one unrolled step of the GEMM's K loop (the compiler loads every
+        unrolled step's operands ahead: registers).
+    max_registers : int
+        Estimated registers per thread allowed (ptxas leaves a kernel alone up to 128, see
+        :mod:`.conv_pool`).
+    max_kernel, max_stride : int
+        Largest depthwise kernel side and stride handled.
+    max_attempts : int
+        Ranked tiles tried before giving up, when TVM compacts a shared buffer to more than
+        planned.
+    shortlist : int
+        Shapes whose every chunk is costed, after all shapes were costed at their largest chunk.
+    """
+
+    min_threads: int = 64
+    max_threads: int = 256
+    max_pixels: int = 512
+    max_pixels_per_thread: int = 8
+    max_channels_per_thread: int = 8
+    max_accumulators: int = 64
+    max_out_channels: int = 128
+    max_chunk: int = 256
+    stage_unroll: int = 8
+    max_unroll: int = 8
+    max_unrolled_fma: int = 128
+    max_registers: int = 128
+    max_kernel: int = 7
+    max_stride: int = 2
+    max_attempts: int = 8
+    shortlist: int = 48
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +258,7 @@ def shared_bytes(problem: DwPwProblem, rows: int, cols: int, chunk: int, out_cha
 def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
     problem: DwPwProblem,
     limits: GPULimits,
-    config,
+    config: DwPwConfig,
     shape: Tuple[int, int, int, int, int, int],
     chunk: int,
 ) -> Optional[DwPwTile]:
@@ -219,16 +274,16 @@ def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
     """
     rows, cols, mp, tp, mf, tf = shape
     threads = tp * tf
-    if threads % limits.warp_size or not config.min_threads <= threads <= config.max_threads:
+    if threads % limits.profile.warp_size or not config.min_threads <= threads <= config.max_threads:
         return None
-    if threads > limits.max_threads_per_block or mp * tp != rows * cols or chunk % tf:
+    if threads > limits.profile.max_threads_per_block or mp * tp != rows * cols or chunk % tf:
         return None
     ft = mf * tf
     vector = next(w for w in (4, 2, 1) if mf % w == 0 and ft % w == 0)
     regs = tile_registers(mp, mf, vector)
     unrolls = [u for u in _divisors(chunk, config.max_unroll) if u * mp * mf <= config.max_unrolled_fma]
-    budget = min(config.max_registers, limits.max_registers_per_thread,
-                 limits.registers_per_multiprocessor // threads)
+    budget = min(config.max_registers, limits.profile.max_registers_per_thread,
+                 limits.profile.registers_per_multiprocessor // threads)
     if mp * mf > config.max_accumulators or regs > budget or not unrolls:
         return None
     smem = shared_bytes(problem, rows, cols, chunk, ft)
@@ -236,14 +291,7 @@ def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
         return None
     blocks = (problem.batch * math.ceil(problem.out_channels / ft)
               * math.ceil(problem.height / rows) * math.ceil(problem.width / cols))
-    reg_alloc = int(math.ceil(regs / 8.0) * 8)
-    resident = min(
-        limits.max_threads_per_multiprocessor // threads,
-        limits.shared_memory_bytes_per_multiprocessor
-        // (smem + limits.shared_memory_reserved_bytes_per_block),
-        limits.max_blocks_per_multiprocessor,
-        limits.registers_per_multiprocessor // (threads * reg_alloc),
-    )
+    resident = tile_occupancy(limits, threads, regs, smem).blocks_per_multiprocessor
     if resident < 1:
         return None
 
@@ -258,9 +306,9 @@ def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
     issue = input_instr + weights_instr + dw_instr + gemm_instr + _PASS_INSTR
     if problem.height % rows or problem.width % cols or problem.out_channels % ft:
         issue *= _PARTIAL_TILE_ISSUE_FACTOR
-    warps = threads // limits.warp_size
-    slots_per_s = limits.warp_instructions_per_s / limits.multiprocessor_count
-    per_sm = math.ceil(blocks / limits.multiprocessor_count)  # the busiest multiprocessor
+    warps = threads // limits.profile.warp_size
+    slots_per_s = limits.warp_instructions_per_s / limits.profile.multiprocessor_count
+    per_sm = math.ceil(blocks / limits.profile.multiprocessor_count)  # the busiest multiprocessor
     resident_warps = min(resident, per_sm) * warps
     efficiency = min(1.0, _ISSUE_EFFICIENCY[0] + _ISSUE_EFFICIENCY[1] * resident_warps
                      / _SCHEDULERS_PER_MULTIPROCESSOR)
@@ -278,7 +326,7 @@ def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
     time = (per_sm // resident) * round_time(resident)
     if per_sm % resident:
         time += round_time(per_sm % resident)
-    dram_s = problem.dram_bytes() / limits.dram_bytes_per_s
+    dram_s = problem.dram_bytes() / limits.profile.dram_bytes_per_s
     time = max(time, dram_s) + _LAUNCH_S
     return DwPwTile(
         rows=rows,
@@ -302,9 +350,9 @@ def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
     )
 
 
-def _shapes(problem: DwPwProblem, limits: GPULimits, config):
+def _shapes(problem: DwPwProblem, limits: GPULimits, config: DwPwConfig):
     """Every ``(TH, TW, MP, TP, MF, TF)`` within the config's bounds and the warp multiple."""
-    max_threads = min(config.max_threads, limits.max_threads_per_block)
+    max_threads = min(config.max_threads, limits.profile.max_threads_per_block)
     out_tiles = [ft for ft in _divisors(problem.out_channels, config.max_out_channels)]
     for cols in _col_candidates(problem.width, config.max_pixels):
         for rows in _row_candidates(problem.height, config.max_pixels // cols):
@@ -313,13 +361,13 @@ def _shapes(problem: DwPwProblem, limits: GPULimits, config):
                 tp = pixels // mp
                 for mf in _divisors(ft, config.max_channels_per_thread):
                     threads = tp * (ft // mf)
-                    if (threads % limits.warp_size or not config.min_threads <= threads <= max_threads
+                    if (threads % limits.profile.warp_size or not config.min_threads <= threads <= max_threads
                             or mp * mf > config.max_accumulators):
                         continue
                     yield rows, cols, mp, tp, mf, ft // mf
 
 
-def rank_tiles(problem: DwPwProblem, limits: GPULimits, config) -> List[DwPwTile]:
+def rank_tiles(problem: DwPwProblem, limits: GPULimits, config: DwPwConfig) -> List[DwPwTile]:
     """The tiles allowed by ``limits`` and ``config``, best first (see :func:`evaluate_tile`).
 
     Two passes keep compile time low: every shape at its largest chunk that fits, then every

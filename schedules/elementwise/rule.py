@@ -51,7 +51,6 @@ and outputs below a warp of vectors are always Fallback's.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import List, Optional, Tuple
 
@@ -61,52 +60,14 @@ from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from tvm_fusion_hw.schedules.base.limits import GPULimits, gpu_limits
+from tvm_fusion_hw.schedules.base.limits import GPULimits, registers_per_thread_at_occupancy
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int, is_plain_spatial, tensor_loads, trivially_bound
 from tvm_fusion_hw.schedules.base.vector_lanes import (coalesced, distinct, dtype_bytes, flat_index, vector_axis)
+from .tiles import ElementwiseConfig, ElementwisePlan, ElementwiseProblem, choose_plan, estimate_registers
 
 SBlockRV = s_tir.schedule.SBlockRV
 
-
-
-@dataclasses.dataclass(frozen=True)
-class ElementwiseProblem:
-    """A matched element-wise kernel: its output, the vector width and what it loads."""
-
-    shape: Tuple[int, ...]  # output shape
-    vector_axes: int  # the innermost output axes fused into the vectorized one
-    lanes: int  # V: elements per vector
-    element_bytes: int  # widest element the kernel reads or writes
-    streams: int  # distinct contiguous loads (a vector each in registers per vector of output)
-    broadcasts: int  # distinct loads that are the same for a whole vector
-
-    @property
-    def elements(self) -> int:
-        """Output elements."""
-        return math.prod(self.shape)
-
-    @property
-    def vectors(self) -> int:
-        """Output vectors of ``lanes`` elements."""
-        return self.elements // self.lanes
-
-
-@dataclasses.dataclass(frozen=True)
-class ElementwisePlan:
-    """How the vectors are spread over the GPU, and what the model thought of it."""
-
-    threads: int  # threads per block
-    vectors_per_thread: int  # k
-    blocks: int
-    balance: float  # average work per SM / work of the busiest SM
-    waves: float  # launched threads / resident threads of the whole GPU
-    registers_estimate: int
-
-    def summary(self) -> str:
-        """The plan in words, for reports."""
-        return (f"{self.threads} threads a block, {self.vectors_per_thread} vector(s) a thread, "
-                f"{self.blocks} blocks, {self.waves:.2g} waves of resident threads")
 
 
 class VectorizedElementwise(TiledScheduleRule):
@@ -118,69 +79,33 @@ class VectorizedElementwise(TiledScheduleRule):
     scalar path applies (see the module docstring and ``Config.min_lanes``).
     """
 
-    @dataclasses.dataclass
-    class Config:
-        """Search bounds; the hardware figures come from the target, not from here.
-
-        Attributes
-        ----------
-        vector_bytes : int
-            Bytes of one vector access (16: ``float4``, the widest load of CUDA and AMDGPU).
-        min_lanes : int
-            Narrowest vector the rule takes. 1 (the default): where no vector fits (a width that
-            does not divide, a misaligned offset, too many streams for the registers) the rule
-            still takes a kernel whose loads are coalesced, with scalar accesses and the
-            profile's grid, on GPUs where ``Fallback``'s blocks leave part of an SM idle (1024
-            threads on a 1536-thread SM: a third); 2: vectors only.
-        max_vectors_per_thread : int
-            Upper bound on ``k``.
-        min_blocks_per_multiprocessor : int
-            Threads per block are at most ``max_threads_per_multiprocessor / this``, so that
-            several blocks share an SM (one block's tail overlaps another's start).
-        min_waves : float
-            ``k > 1`` only while the grid launches at least this many waves of resident threads.
-        good_balance : float
-            Spreads of blocks over the SMs at least this even count as equally good; among them
-            more vectors per thread, then larger blocks, win.
-        occupancy : float
-            Occupancy the kernel must keep; its register budget bounds ``V`` and ``k``.
-        max_threads : int, optional
-            Threads per block the target lets a kernel launch, when fewer than the hardware's
-            (``tvm_fusion_hw.hardware.target`` caps ROCm at 256: TVM's AMDGPU codegen assumes no more).
-        """
-
-        vector_bytes: int = 16
-        min_lanes: int = 1
-        max_vectors_per_thread: int = 4
-        min_blocks_per_multiprocessor: int = 8
-        min_waves: float = 1.0
-        good_balance: float = 0.95
-        occupancy: float = 1.0
-        max_threads: Optional[int] = None
+    #: the search bounds; the class lives beside the grid model (:mod:`.tiles`)
+    Config = ElementwiseConfig
 
     def get_config(self, target: Target) -> "VectorizedElementwise.Config":
         """The search bounds: the defaults, with the target's own threads-per-block limit."""
         limit = target.attrs.get("max_num_threads", None)
         return VectorizedElementwise.Config(max_threads=int(limit) if limit is not None else None)
 
-    def schedule_best(self, func: tirx.PrimFunc, target: Target):
-        """``(problem, plan, schedule)`` for ``func``, or None (one plan: no tiles to rank, no
-        shared memory to check; ``apply`` and ``plan`` come from TiledScheduleRule)."""
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
-        config = self.get_config(target)
-        limits = gpu_limits(target)
-        sch = s_tir.Schedule(func)
-        matched = _match_and_inline(sch, config, limits)
-        if matched is None:
-            return None
-        problem, block = matched
-        plan = choose_plan(problem, limits, config)
-        try:
-            _schedule(sch, problem, plan, block)
-        except (ScheduleError, RuntimeError):
-            return None
-        return problem, plan, sch
+    # ---- the rule: TiledScheduleRule calls these (one plan: no tiles to rank) -------------------
+    @staticmethod
+    def match(sch, config, limits):
+        """``(problem, block)``: everything inlined into one block, the vector width found."""
+        return _match_and_inline(sch, config, limits)
+
+    @staticmethod
+    def rank(problem, limits, config):
+        """The one plan: vector width, threads and grid on the profile."""
+        return [choose_plan(problem, limits, config)]
+
+    @staticmethod
+    def schedule(sch, problem, tile, *blocks):
+        """Apply the plan to the block."""
+        _schedule(sch, problem, tile, *blocks)
+
+    def check(self, sch, problem, tile, limits):
+        """Accepted as scheduled: no shared memory to compare."""
+        return tile, True
 
 
 # ---- matching ----------------------------------------------------------------------------------
@@ -242,7 +167,7 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
     sizes = [dtype_bytes(store.buffer.dtype)] + [dtype_bytes(ld.source.dtype) for ld in loads]
     element_bytes = None if None in sizes else max(sizes)
     flats = [flat_index(ld) for ld in loads]
-    budget = register_budget(limits, config)
+    budget = registers_per_thread_at_occupancy(limits, config.occupancy)
 
     # The widest vector (16 bytes, then halves) that every load reads contiguously or broadcast,
     # over the fewest innermost axes it divides (what does not depend on those axes stays outside
@@ -261,8 +186,8 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
         # Scalar accesses, still coalesced (every load moves with the innermost axis or not at
         # all), and only where Fallback's blocks (the target's most threads) leave part of an SM
         # idle: elsewhere Fallback's one element per thread is this schedule.
-        fallback_threads = config.max_threads or limits.max_threads_per_block
-        if config.min_lanes > 1 or limits.max_threads_per_multiprocessor % fallback_threads == 0:
+        fallback_threads = config.max_threads or limits.profile.max_threads_per_block
+        if config.min_lanes > 1 or limits.profile.max_threads_per_multiprocessor % fallback_threads == 0:
             return None
         kinds = coalesced(ivars, shape, flats)
         if kinds is None or estimate_registers(
@@ -270,7 +195,7 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
             return None
         found = 1, (0, kinds)
     lanes, (start, kinds) = found
-    if math.prod(shape) < limits.warp_size * lanes:
+    if math.prod(shape) < limits.profile.warp_size * lanes:
         return None  # less than a warp of vectors: nothing to gain
 
     problem = ElementwiseProblem(
@@ -282,76 +207,6 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
         broadcasts=distinct(loads, flats, kinds, "broadcast"),
     )
     return problem, block
-
-
-# ---- the grid ----------------------------------------------------------------------------------
-def estimate_registers(streams: int, lanes: int, element_bytes: Optional[int],
-                       vectors_per_thread: int = 1) -> int:
-    """Registers per thread, as an upper bound: addressing and the result (16), and every
-    contiguous stream's vectors loaded at once, which is what the compilers do when registers
-    allow (measured: TVM's LLVM for gfx942 hoists all 20 loads of a 19-op tree, 78 VGPRs at
-    ``V = 4``; ptxas for sm_90 22 registers for 2 fp32 streams and 32-38 for 8-13 at ``V = 4``)."""
-    words = vectors_per_thread * max(1, math.ceil(lanes * (element_bytes or 4) / 4))
-    return 16 + max(1, streams) * words
-
-
-def register_budget(limits: GPULimits, config: "VectorizedElementwise.Config") -> int:
-    """Registers per thread that keep ``config.occupancy`` of an SM's threads resident (rounded
-    down to 8, the allocation unit of NVIDIA and AMD)."""
-    budget = int(limits.registers_per_multiprocessor
-                 / (limits.max_threads_per_multiprocessor * config.occupancy)) // 8 * 8
-    return min(limits.max_registers_per_thread, budget)
-
-
-def _thread_counts(limits: GPULimits, config: "VectorizedElementwise.Config") -> List[int]:
-    """Threads per block to try: powers of two times the warp, from the fewest that still fill an
-    SM within its block limit to the most that leave ``min_blocks_per_multiprocessor`` per SM."""
-    warp = limits.warp_size
-    lowest = max(warp, limits.max_threads_per_multiprocessor // limits.max_blocks_per_multiprocessor)
-    highest = max(warp, min(
-        limits.max_threads_per_block,
-        config.max_threads or limits.max_threads_per_block,
-        limits.max_threads_per_multiprocessor // config.min_blocks_per_multiprocessor,
-    ))
-    counts, threads = [], warp
-    while threads <= highest:
-        if threads >= lowest:
-            counts.append(threads)
-        threads *= 2
-    return counts or [warp]
-
-
-def choose_plan(
-    problem: ElementwiseProblem, limits: GPULimits, config: "VectorizedElementwise.Config"
-) -> ElementwisePlan:
-    """Threads per block and vectors per thread for ``problem`` on the GPU of ``limits``.
-
-    Each candidate is scored by how evenly its blocks spread over the SMs: the average work per
-    SM over the work of the busiest one (``ceil(blocks / SMs)`` blocks). Candidates at least
-    ``good_balance`` even tie; among them more vectors per thread win (fewer index computations,
-    more loads in flight per thread), then larger blocks. ``k > 1`` must keep at least
-    ``min_waves`` of resident threads launched and its registers within the budget.
-    """
-    budget = register_budget(limits, config)
-    sms = limits.multiprocessor_count
-    vectors = problem.vectors
-    best, best_key = None, None
-    k = 1
-    while k <= config.max_vectors_per_thread:
-        regs = estimate_registers(problem.streams, problem.lanes, problem.element_bytes, k)
-        for threads in _thread_counts(limits, config):
-            blocks = math.ceil(vectors / (threads * k))
-            waves = blocks * threads / limits.resident_threads
-            if k > 1 and (regs > budget or waves < config.min_waves):
-                continue
-            balance = (vectors / sms) / (math.ceil(blocks / sms) * threads * k)
-            key = (min(balance, config.good_balance), k, threads)
-            if best_key is None or key > best_key:
-                best_key = key
-                best = ElementwisePlan(threads, k, blocks, balance, waves, regs)
-        k *= 2
-    assert best is not None
-    return best
 
 
 # ---- the schedule ------------------------------------------------------------------------------

@@ -37,7 +37,6 @@ about 39 TFLOP/s (1.64 ms for the layer, torch.compile's cuBLAS 1.58).
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from typing import Optional, Tuple
 
@@ -50,7 +49,7 @@ from tvm.target import Target
 
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int
-from .tiles import K_MAJOR_PAD, GemmProblem, GemmTile, rank_tiles
+from .tiles import K_MAJOR_PAD, GemmConfig, GemmProblem, GemmTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV
 
@@ -69,74 +68,8 @@ class ImplicitGemm(TiledScheduleRule):
     shapes, and for non-float32 GEMMs (dlight tensorizes float16 on tensor cores).
     """
 
-    @dataclasses.dataclass
-    class Config:  # pylint: disable=too-many-instance-attributes
-        """Tile-search bounds; the hardware figures come from the target, not from here.
-
-        Attributes
-        ----------
-        thread_shapes : tuple
-            (threads along I, threads along J) tried. Four to eight warps: on the H200 blocks of one
-            or two warps ran 1.3-2x slower than these at equal modelled time (tile sweep).
-        micro_shapes : tuple
-            (accumulators along I, along J) per thread tried.
-        depth_steps : tuple
-            BK values tried.
-        max_split_k : int
-            Largest split of K.
-        min_depth_per_split : int
-            Every part of a split K keeps at least this many K elements.
-        step_latency_s : float
-            Time a block waits for one K step's global loads and barrier when nothing overlaps it.
-        load_latency_s : float
-            What each further load a thread issues in a K step adds to that wait.
-        prefetch_overhead_s : float
-            What loading the next step into registers adds to a step that does not hide it (few
-            FMAs a step): measured 0.2-0.3 us a step slower than the plain loop on MobileNetV2's
-            small-K 1x1 convs at batch 1.
-            The three are fitted to ``bench/tile_sweep.py`` on an H200 (2026-11-30, 20 GEMMs x 12-30
-            tiles, ``bench/results/2026-11-30-h200-tile-sweep`` 2-prefetch and 3-vector-bk32): the
-            model's pick is then 1.09x the fastest tile tried in geometric mean (1.18x before the
-            last two terms), at worst 1.32x.
-        fixed_registers : int
-            Registers a thread needs besides its accumulators and operand fragments (addresses,
-            loop counters, the staged loads): ptxas figures for this schedule.
-        launch_s : float
-            Cost of the extra kernel a split K adds.
-        max_attempts : int
-            Ranked tiles tried before giving up.
-        vector_widths : tuple
-            Shared-memory read widths tried: 1 (a thread's outputs strided by the thread count,
-            scalar reads) or 4 (tiles stored K-major, a thread's outputs in runs of 4 read with one
-            128-bit load: a quarter of the load instructions per FMA).
-        async_copy : bool
-            Prefetch with ``cp.async`` into double-buffered shared tiles instead of through
-            registers (no staged registers, so 256-thread vector tiles may prefetch too). Set by
-            :meth:`get_config` from the target and the build's PassContext (:func:`async_copy_enabled`).
-            On the H200 BERT's large GEMMs and ResNet-50's 3x3 convs ran about 10% faster with it
-            (``bench/results/2026-11-30-h200-tile-sweep/4-cp-async``); short K loops ran slower,
-            so the ranking offers it only where K is long (``gemm_tiles._MIN_ASYNC_DEPTH``).
-        unroll_explicit : bool
-            TVM unrolls the thread tile's loops itself (True) or emits them with ``#pragma unroll``
-            for nvcc/LLVM to unroll (False: about a third less compile time, same ptxas registers,
-            and on the H200 0-5% faster kernels in the tile sweep).
-        """
-
-        thread_shapes: Tuple[Tuple[int, int], ...] = ((16, 16), (8, 16), (16, 8))
-        micro_shapes: Tuple[Tuple[int, int], ...] = (
-            (8, 8), (8, 4), (4, 8), (4, 4), (4, 2), (2, 4), (2, 2))
-        depth_steps: Tuple[int, ...] = (8, 16, 32)
-        max_split_k: int = 16
-        min_depth_per_split: int = 128
-        step_latency_s: float = 0.3e-6
-        load_latency_s: float = 0.01e-6
-        prefetch_overhead_s: float = 0.3e-6
-        fixed_registers: int = 40
-        launch_s: float = 3e-6
-        max_attempts: int = 6
-        unroll_explicit: bool = False
-        vector_widths: Tuple[int, ...] = (1, 4)
-        async_copy: bool = False
+    #: the search bounds; the class lives beside the tile model (:mod:`.tiles`)
+    Config = GemmConfig
 
     def get_config(self, target: Target) -> "ImplicitGemm.Config":
         """The search bounds; the same for CUDA and ROCm (every block shape is at most 256
@@ -146,7 +79,7 @@ class ImplicitGemm(TiledScheduleRule):
 
     # ---- the rule: TiledScheduleRule calls these three -----------------------------------------
     @staticmethod
-    def match(sch, config):
+    def match(sch, config, limits):  # pylint: disable=unused-argument
         """``(problem, gemm_block)`` with the block normalised to ``[S, I, J, K]``, or None."""
         return _match_and_normalize(sch)
 

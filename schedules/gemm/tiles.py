@@ -5,7 +5,7 @@ tile ``TM x TN``, K step ``BK``, split K, prefetch, shared-read width) by a mode
 of blocks over the SMs (register and shared-memory limits give the blocks per SM), the issue cost
 of a thread tile (FMAs plus the shared loads that feed them), a K step's load latency that other
 resident blocks (or prefetch) hide, and the partial sums' round trip through memory. Its constants
-(``ImplicitGemm.Config``) are fitted to ``bench/tile_sweep.py`` on an H200; see :mod:`.gemm` for
+(:class:`GemmConfig`, the rule's ``ImplicitGemm.Config``) are fitted to ``bench/tile_sweep.py`` on an H200; see :mod:`.gemm` for
 the schedule and the measurements.
 """
 
@@ -16,7 +16,7 @@ import itertools
 import math
 from typing import List, Optional, Tuple
 
-from tvm_fusion_hw.schedules.base.limits import GPULimits
+from tvm_fusion_hw.schedules.base.limits import GPULimits, tile_occupancy
 
 #: ptxas (CUDA 13, sm_90) caps 256-thread blocks that prefetch K-major tiles at 64 registers and
 #: spills 4-16 bytes (ResNet-50's split-K 3x3 convs at batch 1); 128-thread ones do not spill.
@@ -46,6 +46,76 @@ _ASYNC_STAGES = 2
 #: Elements a K-major shared row is padded by: keeps 16-byte alignment and moves the transposed
 #: copy's rows 4 banks apart (a 4-way conflict on the once-per-step store, none on the reads).
 K_MAJOR_PAD = 4
+
+
+@dataclasses.dataclass
+class GemmConfig:  # pylint: disable=too-many-instance-attributes
+    """Tile-search bounds (``ImplicitGemm.Config``); the hardware figures come from the target, not from here.
+
+    Attributes
+    ----------
+    thread_shapes : tuple
+        (threads along I, threads along J) tried. Four to eight warps: on the H200 blocks of one
+        or two warps ran 1.3-2x slower than these at equal modelled time (tile sweep).
+    micro_shapes : tuple
+        (accumulators along I, along J) per thread tried.
+    depth_steps : tuple
+        BK values tried.
+    max_split_k : int
+        Largest split of K.
+    min_depth_per_split : int
+        Every part of a split K keeps at least this many K elements.
+    step_latency_s : float
+        Time a block waits for one K step's global loads and barrier when nothing overlaps it.
+    load_latency_s : float
+        What each further load a thread issues in a K step adds to that wait.
+    prefetch_overhead_s : float
+        What loading the next step into registers adds to a step that does not hide it (few
+        FMAs a step): measured 0.2-0.3 us a step slower than the plain loop on MobileNetV2's
+        small-K 1x1 convs at batch 1.
+        The three are fitted to ``bench/tile_sweep.py`` on an H200 (2026-11-30, 20 GEMMs x 12-30
+        tiles, ``bench/results/2026-11-30-h200-tile-sweep`` 2-prefetch and 3-vector-bk32): the
+        model's pick is then 1.09x the fastest tile tried in geometric mean (1.18x before the
+        last two terms), at worst 1.32x.
+    fixed_registers : int
+        Registers a thread needs besides its accumulators and operand fragments (addresses,
+        loop counters, the staged loads): ptxas figures for this schedule.
+    launch_s : float
+        Cost of the extra kernel a split K adds.
+    max_attempts : int
+        Ranked tiles tried before giving up.
+    vector_widths : tuple
+        Shared-memory read widths tried: 1 (a thread's outputs strided by the thread count,
+        scalar reads) or 4 (tiles stored K-major, a thread's outputs in runs of 4 read with one
+        128-bit load: a quarter of the load instructions per FMA).
+    async_copy : bool
+        Prefetch with ``cp.async`` into double-buffered shared tiles instead of through
+        registers (no staged registers, so 256-thread vector tiles may prefetch too). Set by
+        ``ImplicitGemm.get_config`` from the target and the build's PassContext (``async_copy_enabled``).
+        On the H200 BERT's large GEMMs and ResNet-50's 3x3 convs ran about 10% faster with it
+        (``bench/results/2026-11-30-h200-tile-sweep/4-cp-async``); short K loops ran slower,
+        so the ranking offers it only where K is long (``_MIN_ASYNC_DEPTH``).
+    unroll_explicit : bool
+        TVM unrolls the thread tile's loops itself (True) or emits them with ``#pragma unroll``
+        for nvcc/LLVM to unroll (False: about a third less compile time, same ptxas registers,
+        and on the H200 0-5% faster kernels in the tile sweep).
+    """
+
+    thread_shapes: Tuple[Tuple[int, int], ...] = ((16, 16), (8, 16), (16, 8))
+    micro_shapes: Tuple[Tuple[int, int], ...] = (
+        (8, 8), (8, 4), (4, 8), (4, 4), (4, 2), (2, 4), (2, 2))
+    depth_steps: Tuple[int, ...] = (8, 16, 32)
+    max_split_k: int = 16
+    min_depth_per_split: int = 128
+    step_latency_s: float = 0.3e-6
+    load_latency_s: float = 0.01e-6
+    prefetch_overhead_s: float = 0.3e-6
+    fixed_registers: int = 40
+    launch_s: float = 3e-6
+    max_attempts: int = 6
+    unroll_explicit: bool = False
+    vector_widths: Tuple[int, ...] = (1, 4)
+    async_copy: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +200,7 @@ def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile
     tiles = []
     for thread_rows, thread_cols in config.thread_shapes:
         threads = thread_rows * thread_cols
-        if threads % limits.warp_size or threads > limits.max_threads_per_block:
+        if threads % limits.profile.warp_size or threads > limits.profile.max_threads_per_block:
             continue
         for micro_rows, micro_cols in config.micro_shapes:
             for depth_step in config.depth_steps:
@@ -181,9 +251,9 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     # register prefetch holds the next step's elements; cp.async writes them to shared directly
     staged = math.ceil((block_rows + block_cols) * depth_step / threads) if prefetch and not async_copy else 0
     registers = _registers(micro_rows, micro_cols, config) + staged
-    if registers > limits.max_registers_per_thread:
+    if registers > limits.profile.max_registers_per_thread:
         return None
-    per_sm = _blocks_per_multiprocessor(limits, threads, registers, shared)
+    per_sm = tile_occupancy(limits, threads, registers, shared).blocks_per_multiprocessor
     if per_sm == 0:
         return None
 
@@ -199,13 +269,13 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     # a load and a store an element; cp.async is one instruction
     copy_per_step = math.ceil((block_rows + block_cols) * depth_step / threads) * (1 if async_copy else 2) + 4
     steps = padded_depth // split_k // depth_step
-    warp_instr_per_block = (threads // limits.warp_size) * steps * (depth_step * per_k + copy_per_step)
+    warp_instr_per_block = (threads // limits.profile.warp_size) * steps * (depth_step * per_k + copy_per_step)
 
     # Waves: blocks run ``resident`` at a time on each SM. Per K step a block waits for its global
     # loads (then a barrier) before it computes; the SM's other resident blocks compute meanwhile.
     # So a step of the SM's blocks costs their issue time, but never less than one block's load
     # latency plus its own compute.
-    sms = limits.multiprocessor_count
+    sms = limits.profile.multiprocessor_count
     resident = min(per_sm, math.ceil(blocks / sms))
     waves = math.ceil(blocks / (sms * per_sm))
     sm_rate = limits.warp_instructions_per_s / sms
@@ -218,8 +288,8 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
 
     if split_k > 1:
         partial_bytes = split_k * problem.batch * padded_rows * padded_cols * problem.dtype_bytes
-        time += 2 * partial_bytes / limits.dram_bytes_per_s + config.launch_s
-    ideal = problem.flops / (2 * limits.warp_instructions_per_s * limits.warp_size)
+        time += 2 * partial_bytes / limits.profile.dram_bytes_per_s + config.launch_s
+    ideal = problem.flops / (2 * limits.warp_instructions_per_s * limits.profile.warp_size)
     return GemmTile(thread_rows, thread_cols, micro_rows, micro_cols, depth_step, split_k, prefetch,
                     blocks, shared, registers, per_sm, time, ideal / time, config.unroll_explicit,
                     vector_width, stages if async_copy else 0)
@@ -232,14 +302,6 @@ def _shared_elements(block_rows: int, block_cols: int, depth_step: int, vector_w
     if vector_width > 1:
         return depth_step * (block_rows + block_cols + 2 * K_MAJOR_PAD)
     return (block_rows + block_cols) * (depth_step + 1)
-
-
-def _blocks_per_multiprocessor(limits: GPULimits, threads: int, registers: int, shared: int) -> int:
-    by_threads = limits.max_threads_per_multiprocessor // threads
-    by_registers = limits.registers_per_multiprocessor // (_ceil_to(registers, 8) * threads)
-    by_shared = limits.shared_memory_bytes_per_multiprocessor // (
-        shared + limits.shared_memory_reserved_bytes_per_block)
-    return max(0, min(by_threads, by_registers, by_shared, limits.max_blocks_per_multiprocessor))
 
 
 def _ceil_to(value: int, step: int) -> int:

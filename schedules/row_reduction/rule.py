@@ -40,7 +40,6 @@ and pools with windows, are not taken). Anything else returns None and dlight ta
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -53,8 +52,7 @@ from tvm.target import Target
 
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int, tensor_loads
-from tvm_fusion_hw.schedules.base.limits import gpu_limits
-from .tiles import RowProblem, RowTile, rank_tiles
+from .tiles import RowConfig, RowProblem, RowTile, rank_tiles
 from tvm_fusion_hw.schedules.base.vector_lanes import dtype_bytes, uses
 
 SBlockRV = s_tir.schedule.SBlockRV
@@ -75,70 +73,34 @@ class RowReduction(TiledScheduleRule):
     block's registers, and rows kept in registers that ``T`` does not divide.
     """
 
-    @dataclasses.dataclass
-    class Config:
-        """Search bounds; the hardware figures come from the target, not from here.
-
-        Attributes
-        ----------
-        vector_bytes : int
-            Bytes of one vector access (16: ``float4``).
-        occupancy : float
-            Occupancy a thread's registers must allow (0.375: 24 of an H200's 64 warps per SM).
-        register_overhead : int
-            Registers besides the row's values (addresses, reduced values, the allreduce).
-        block_threads : int
-            Most threads per block when several rows share one.
-        good_balance : float
-            Spreads of blocks over the SMs at least this even tie; more rows per block win.
-        max_threads : int, optional
-            The target's threads-per-block limit when below the hardware's (ROCm: 256).
-        max_attempts : int
-            Tiles tried before giving up.
-        """
-
-        vector_bytes: int = 16
-        occupancy: float = 0.375
-        register_overhead: int = 16
-        block_threads: int = 256
-        good_balance: float = 0.95
-        max_threads: Optional[int] = None
-        max_attempts: int = 4
+    #: the search bounds; the class lives beside the tile model (:mod:`.tiles`)
+    Config = RowConfig
 
     def get_config(self, target: Target) -> "RowReduction.Config":
         """The defaults, with the target's own threads-per-block limit."""
         limit = target.attrs.get("max_num_threads", None)
         return RowReduction.Config(max_threads=int(limit) if limit is not None else None)
 
-    def schedule_tile(self, func: tirx.PrimFunc, target: Target, tile) -> Optional[s_tir.Schedule]:
-        """``func`` scheduled with ``tile``; None when it is not this rule's pattern or fails."""
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
-        sch = s_tir.Schedule(func)
-        problem = _match_and_inline(sch, self.get_config(target))
-        try:
-            return None if problem is None else _schedule(sch.mod["main"], problem, tile)
-        except (RuntimeError, ValueError):  # ScheduleError, or a failed check of a TVM pass
-            return None
-
-    def schedule_best(self, func: tirx.PrimFunc, target: Target):
-        """``(problem, tile, schedule)`` with the first ranked tile that schedules and keeps each
-        thread's rows in ``J * V`` registers; None when ``func`` is not this rule's pattern."""
-        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
-            return None
-        config = self.get_config(target)
-        # Step 1. Match the rows, inline the element-wise chains, classify the blocks.
-        sch = s_tir.Schedule(func)
+    # ---- the rule: TiledScheduleRule calls these ---------------------------------------------
+    @staticmethod
+    def match(sch, config, limits):  # pylint: disable=unused-argument
+        """``(problem,)``: the rows, the element-wise chains inlined, the blocks classified."""
         problem = _match_and_inline(sch, config)
-        if problem is None:
-            return None
-        # Step 2. Rank the tiles on the hardware profile; schedule the first that works.
-        for tile in rank_tiles(problem, gpu_limits(target), config)[: config.max_attempts]:
-            try:
-                return problem, tile, _schedule(sch.mod["main"], problem, tile)
-            except (RuntimeError, ValueError):  # ScheduleError, or a failed check of a TVM pass
-                continue
-        return None
+        return None if problem is None else (problem,)
+
+    @staticmethod
+    def rank(problem, limits, config):
+        """Tiles for ``problem``, best first."""
+        return rank_tiles(problem, limits, config)
+
+    @staticmethod
+    def schedule(sch, problem, tile, *blocks):
+        """A new schedule of the matched function with ``tile`` (rows kept in ``J * V`` registers)."""
+        return _schedule(sch.mod["main"], problem, tile)
+
+    def check(self, sch, problem, tile, limits):
+        """Accepted as scheduled: the rows' buffers are registers, checked while scheduling."""
+        return tile, True
 
 
 # ---- matching ----------------------------------------------------------------------------------

@@ -21,12 +21,40 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, List, Tuple
+from typing import List, Optional, Tuple
 
-from tvm_fusion_hw.schedules.base.limits import GPULimits
+from tvm_fusion_hw.schedules.base.limits import GPULimits, registers_per_thread_at_occupancy
 
-if TYPE_CHECKING:  # the Config lives with the rule
-    from .rule import RowReduction
+
+@dataclasses.dataclass
+class RowConfig:
+    """Search bounds; the hardware figures come from the target, not from here.
+
+    Attributes
+    ----------
+    vector_bytes : int
+        Bytes of one vector access (16: ``float4``).
+    occupancy : float
+        Occupancy a thread's registers must allow (0.375: 24 of an H200's 64 warps per SM).
+    register_overhead : int
+        Registers besides the row's values (addresses, reduced values, the allreduce).
+    block_threads : int
+        Most threads per block when several rows share one.
+    good_balance : float
+        Spreads of blocks over the SMs at least this even tie; more rows per block win.
+    max_threads : int, optional
+        The target's threads-per-block limit when below the hardware's (ROCm: 256).
+    max_attempts : int
+        Tiles tried before giving up.
+    """
+
+    vector_bytes: int = 16
+    occupancy: float = 0.375
+    register_overhead: int = 16
+    block_threads: int = 256
+    good_balance: float = 0.95
+    max_threads: Optional[int] = None
+    max_attempts: int = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,18 +120,11 @@ class RowTile:  # pylint: disable=too-many-instance-attributes
                 f"registers; each row read once (dlight: {self.dlight_passes})")
 
 
-def register_budget(limits: GPULimits, config: "RowReduction.Config") -> int:
-    """Registers per thread that keep ``config.occupancy`` of an SM's threads resident."""
-    budget = int(limits.registers_per_multiprocessor
-                 / (limits.max_threads_per_multiprocessor * config.occupancy)) // 8 * 8
-    return min(limits.max_registers_per_thread, budget)
-
-
 def _rows_per_block(rows: int, threads_per_row: int, limit: int, limits: GPULimits,
-                    config: "RowReduction.Config") -> int:
+                    config: RowConfig) -> int:
     """Rows sharing a block: the most (up to ``block_threads`` threads) that keep the blocks
     spread evenly over the SMs (average work per SM over the busiest SM's)."""
-    sms, best, best_key, rpb = limits.multiprocessor_count, 1, None, 1
+    sms, best, best_key, rpb = limits.profile.multiprocessor_count, 1, None, 1
     while rows % rpb == 0 and (rpb == 1 or rpb * threads_per_row <= min(limit, config.block_threads)):
         balance = (rows / sms) / (math.ceil(rows // rpb / sms) * rpb)
         key = (min(balance, config.good_balance), rpb)
@@ -113,17 +134,17 @@ def _rows_per_block(rows: int, threads_per_row: int, limit: int, limits: GPULimi
     return best
 
 
-def rank_tiles(problem: RowProblem, limits: GPULimits, config: "RowReduction.Config") -> List[RowTile]:
+def rank_tiles(problem: RowProblem, limits: GPULimits, config: RowConfig) -> List[RowTile]:
     """Tiles for ``problem``, fewest threads per row first: a row per warp, then per block.
 
     ``T`` is the warp (wavefront) times a power of two, at most the target's threads per block;
     ``V`` the widest vector that divides a thread's share. Rows kept in registers need ``T x V``
     to divide ``L`` (no guards in their layout); a streamed row (every input read by one pass)
-    takes a guard on its last vector. The register estimate must fit :func:`register_budget`.
+    takes a guard on its last vector. The register estimate must fit ``registers_per_thread_at_occupancy(limits, config.occupancy)``.
     """
-    warp, length = limits.warp_size, problem.length
-    limit = min(limits.max_threads_per_block, config.max_threads or limits.max_threads_per_block)
-    budget, kept = register_budget(limits, config), problem.row_buffers > 0
+    warp, length = limits.profile.warp_size, problem.length
+    limit = min(limits.profile.max_threads_per_block, config.max_threads or limits.profile.max_threads_per_block)
+    budget, kept = registers_per_thread_at_occupancy(limits, config.occupancy), problem.row_buffers > 0
     tiles, threads = [], warp
     while threads <= limit:
         lanes = problem.max_lanes
@@ -141,4 +162,4 @@ def rank_tiles(problem: RowProblem, limits: GPULimits, config: "RowReduction.Con
 
 
 
-__all__ = ["RowProblem", "RowTile", "rank_tiles", "register_budget"]
+__all__ = ["RowConfig", "RowProblem", "RowTile", "rank_tiles"]

@@ -3,7 +3,7 @@
 :func:`precompile_cuda` compiles each distinct CUDA source of the bundle's libraries with nvcc,
 through the runner's own compile function (TVM's flags) and under its cache key, into
 ``cubin/<key>.bin.xz``. The runner loads them where the GPU's arch matches and compiles the rest
-itself. :mod:`.bundle` calls it once every library is built.
+itself. :mod:`.writer` calls it once every library is built.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from tvm_fusion_hw.hardware.toolchain import nvcc_path
 
 
 def _load_runner():
-    """The runner (``runner.py``) as a module (its CUDA compile function and cache key are reused here)."""
+    """The runner (``runner.py``, which loads its ``runner_*.py`` from its folder) as a module: its
+    CUDA compile function and cache key are reused here."""
     spec = importlib.util.spec_from_file_location("tvm_fusion_hw_bench_runner", runner_source())
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

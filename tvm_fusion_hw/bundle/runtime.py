@@ -1,7 +1,8 @@
 """The runtime half of a benchmark bundle: what a GPU box without TVM needs besides the libraries.
 
 The installed ``tvm`` package without its compiler library, the apache-tvm-ffi wheel(s), the
-ONNX model builders, and the runner (``runner.py`` beside this file, the bundle's ``run.py``).
+ONNX model builders, and the runner (``runner.py`` beside this file, the bundle's ``run.py``, with
+the ``runner_*.py`` it imports from its folder).
 :mod:`.writer` writes them.
 """
 
@@ -13,7 +14,7 @@ import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import tvm
 import typing_extensions
@@ -103,9 +104,27 @@ def copy_builders(dest: Path) -> Path:
     return pkg
 
 
+#: The runner's files beside this one, by their names in the bundle: ``runner.py`` runs as
+#: ``run.py`` and imports the others from its own folder.
+RUNNER_FILES = {"run.py": "runner.py", "runner_timing.py": "runner_timing.py",
+                "runner_report.py": "runner_report.py"}
+
+
+def runner_files() -> Dict[str, Path]:
+    """The runner's files (installed with the package), by their names in the bundle."""
+    files = {name: Path(__file__).with_name(src) for name, src in RUNNER_FILES.items()}
+    missing = [str(path) for path in files.values() if not path.is_file()]
+    if missing:
+        raise FusionHWError(f"{missing[0]} not found: the tvm_fusion_hw installation is incomplete")
+    return files
+
+
 def runner_source() -> Path:
-    """Path of the runner (the bundle's ``run.py``), installed with the package as data."""
-    path = Path(__file__).with_name("runner.py")
-    if not path.is_file():
-        raise FusionHWError(f"{path} not found: the tvm_fusion_hw installation is incomplete")
-    return path
+    """Path of the runner's main file (the bundle's ``run.py``; it loads its siblings itself)."""
+    return runner_files()["run.py"]
+
+
+def copy_runner(dest: Path) -> None:
+    """Copy the runner into ``dest``: ``run.py`` and the files it imports beside it."""
+    for name, src in runner_files().items():
+        shutil.copy2(src, dest / name)

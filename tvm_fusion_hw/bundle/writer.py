@@ -20,9 +20,10 @@ everything a bare Python 3.12 + numpy machine needs to run them into one folder:
     and ``__pycache__``), a pure-Python dependency of tvm-ffi, and the tvm-ffi wheel(s).
 ``builders/tvm_fusion_hw/{errors.py,models/*.py}``
     The ONNX model builders, so the runner rebuilds the exact seeded weights with numpy + onnx.
-``run.py``
-    ``runner.py`` beside this file: loads, checks and times everything (``python run.py --out DIR``).
-``cubin/<key>.bin.xz`` (from :mod:`.bundle_cubins`)
+``run.py``, ``runner_timing.py``, ``runner_report.py``
+    ``runner.py`` beside this file and the two files it imports from its folder: loads, checks
+    and times everything (``python run.py --out DIR``).
+``cubin/<key>.bin.xz`` (from :mod:`.cubins`)
     CUDA binaries compiled here with nvcc, one per distinct CUDA source, for the runner to load
     where the GPU's arch matches (none with ``precompile=False`` or without nvcc).
 """
@@ -34,6 +35,7 @@ import contextlib
 import hashlib
 import json
 import lzma
+import numbers
 import platform
 import shutil
 import subprocess
@@ -49,7 +51,7 @@ from tvm.relax.frontend.onnx import from_onnx
 
 from .cubins import precompile_cuda
 from .variants import VariantSpec, parse_variants, pipeline_knobs
-from .runtime import REPO, copy_builders, copy_tvm_runtime, fetch_tvm_ffi_wheels, runner_source
+from .runtime import REPO, copy_builders, copy_runner, copy_tvm_runtime, fetch_tvm_ffi_wheels
 from tvm_fusion_hw.errors import FusionHWError
 from tvm_fusion_hw.models import build, list_models
 from tvm_fusion_hw.pipeline import fusion_pass, get_pipeline, pass_context, stock_pipeline
@@ -113,6 +115,11 @@ def _main_costs(mod, target, profile, knobs: Optional[Dict[str, object]] = None)
 def _make_target(kind: str, profile: str):
     """The profile's CUDA target, or a plain llvm target (the profile then steers fusion only)."""
     if kind == "cuda":
+        prof = load_profile(profile)
+        if prof.tvm_kind != "cuda":  # the runner loads CUDA and llvm libraries only
+            raise FusionHWError(f"bundle --target cuda needs an NVIDIA profile: '{prof.name}' is "
+                                f"{prof.display_name} ({prof.tvm_kind}); the bundle's runner runs CUDA "
+                                f"or llvm libraries (--target llvm builds this GPU's fusion for the CPU)")
         return hw_target(profile)
     if kind == "llvm":
         return tvm.target.Target({"kind": "llvm"})
@@ -314,17 +321,22 @@ def write_bundle(out_dir, models: Sequence[str] = DEFAULT_MODELS,
     extra = parse_variants(variants, models)
     if extra and "hw" not in pipelines:
         raise FusionHWError("--variant needs the hw pipeline (its reference is stock, its baseline hw)")
+    bad_batch = [b for b in batches if isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 1]
+    if bad_batch:
+        raise FusionHWError(f"batch sizes must be integers of at least 1, got {bad_batch[0]!r}")
+    prof = load_profile(profile)  # bad input is refused before anything is written or removed
+    tgt = _make_target(target, profile)
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise FusionHWError(f"bundle --out {out} is a file, not a folder")
     out.mkdir(parents=True, exist_ok=True)
     for stale in [*out.glob("*.so"), *out.glob("*.so.xz"), *out.glob("*_report.json"), *out.glob("cubin/*")]:
         stale.unlink()  # an earlier bundle's libraries: the new manifest would not name them
     log = _Progress(progress)
-    prof = load_profile(profile)
-    tgt = _make_target(target, profile)
     copy_tvm_runtime(out / "tvm_runtime")
     wheels = fetch_tvm_ffi_wheels(out / "wheels", python_versions, wheel_cache)
     copy_builders(out / "builders")
-    shutil.copy2(runner_source(), out / "run.py")
+    copy_runner(out)
     log(f"runtime files written to {out} ({_dir_bytes(out) / 2**20:.1f} MiB)")
     manifest = {
         "format": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "tvm_version": tvm.__version__,
@@ -396,5 +408,5 @@ if __name__ == "__main__":
     try:
         sys.exit(bundle_main())
     except FusionHWError as error:  # one line, as tvm-fusion-hw prints it
-        print(f"error: {error}", file=sys.stderr)
+        print(f"tvm-fusion-hw: error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -50,6 +50,15 @@ def tensor_bytes(ty: tvm.ir.Type) -> int:
     return elements * tvm.DataType(ty.dtype).bits // 8
 
 
+def is_symbolic(ty: tvm.ir.Type) -> bool:
+    """Whether a tensor (or tuple) type has a dimension that is not a constant (a dynamic batch)."""
+    if isinstance(ty, relax.TupleType):
+        return any(is_symbolic(field) for field in ty.fields)
+    shape = getattr(ty, "shape", None)
+    values = getattr(shape, "values", None)
+    return values is not None and any(not isinstance(dim, tvm.tirx.IntImm) for dim in values)
+
+
 def tensor_elements(ty: tvm.ir.Type) -> int:
     """Elements of a tensor type with a static shape (a tuple: all fields); -1 when unknown."""
     if isinstance(ty, relax.TupleType):
@@ -87,6 +96,8 @@ class FuncInfo:  # pylint: disable=too-many-instance-attributes
     #: inputs (by position) read element for element at the output's index: a consumer that is
     #: element-wise in them even when TVM annotates it injective (batch_norm's tuple output)
     pointwise_inputs: Tuple[int, ...] = ()
+    #: a dimension of a parameter is symbolic: its bytes and FLOPs are unknown, not 0
+    symbolic: bool = False
     #: the PrimFunc itself, for the schedule templates' own checks (not part of the figures)
     func: Optional[tvm.tirx.PrimFunc] = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -177,13 +188,15 @@ def analyze_func(name: str, func: tvm.tirx.PrimFunc, pattern: int, num_outputs: 
     """Read one PrimFunc's cost and kind from its TIR (outputs are its last ``num_outputs`` params)."""
     params = [p for p in func.params if hasattr(p.ty, "shape") and hasattr(p.ty, "dtype")]
     sizes = []
+    symbolic = False
     for param in params:
         dims = [int(d) if isinstance(d, tvm.tirx.IntImm) else 0 for d in param.ty.shape]
+        symbolic = symbolic or any(not isinstance(d, tvm.tirx.IntImm) for d in param.ty.shape)
         sizes.append(math.prod(dims) * tvm.DataType(param.ty.dtype).bits // 8)
     try:
-        flops = float(estimate_tir_flops(tvm.IRModule({"main": func})))
+        flops = 0.0 if symbolic else float(estimate_tir_flops(tvm.IRModule({"main": func})))
     except Exception:  # pylint: disable=broad-except
-        flops = 0.0  # symbolic shapes or an opaque body: count nothing rather than guess
+        flops = 0.0  # an opaque body: count nothing rather than guess
     blocks = _blocks(func)
     reductions = [b for b in blocks if any(int(iv.iter_type) == 2 for iv in b.iter_vars)]
     kind, extents = ELEMENTWISE, ()
@@ -205,6 +218,7 @@ def analyze_func(name: str, func: tvm.tirx.PrimFunc, pattern: int, num_outputs: 
         loads_per_output=max(loads, 1),
         element_bytes=max(element_bytes, 1),
         pointwise_inputs=() if reductions or not params else _pointwise_inputs(func, params, num_outputs, blocks),
+        symbolic=symbolic,
         func=func,
     )
 
@@ -218,6 +232,8 @@ class GroupCost:
     saved_bytes: int  # DRAM traffic removed by keeping internal values on chip
     live_values: int  # estimated values a thread keeps live
     members: int
+    #: a tensor of the group has a symbolic dimension: FLOPs and bytes are unknown (not counted)
+    symbolic: bool = False
 
     @property
     def intensity(self) -> float:
@@ -225,7 +241,10 @@ class GroupCost:
         return self.flops / self.compulsory_bytes if self.compulsory_bytes else 0.0
 
     def regime(self, profile: HardwareProfile) -> str:
-        """'memory-bound' below the profile's ridge point, else 'compute-bound'."""
+        """'memory-bound' below the profile's ridge point, else 'compute-bound'; 'symbolic' when
+        the figures are unknown."""
+        if self.symbolic:
+            return "symbolic"
         return "memory-bound" if self.intensity < profile.ridge_point_flop_per_byte else "compute-bound"
 
     def roofline_seconds(self, profile: HardwareProfile) -> float:
@@ -276,12 +295,14 @@ class GraphCosts:
                 # Unfused, this value is written once and read by each internal reader.
                 saved += size * (len(internal_readers) + (0 if external else 1))
         live = sum(self.info(n).loads_per_output + 1 for n in nodes if not n.is_projection)
+        symbolic = any(self.info(n).symbolic or is_symbolic(n.var.ty) for n in nodes)
         return GroupCost(
             flops=sum(self.info(n).flops for n in nodes),
             compulsory_bytes=sum(inputs.values()) + outputs,
             saved_bytes=saved,
             live_values=live,
             members=sum(1 for n in nodes if not n.is_projection),
+            symbolic=symbolic,
         )
 
 

@@ -47,8 +47,15 @@ class GroupSummary:
     intensity: float
     regime: str
     estimated_registers: int
+    #: the PrimFunc the group becomes after FuseTIR (its kernel's name)
+    kernel: str = ""
+    #: binding names of its operators, as decisions' ``producer_ops``/``consumer_ops`` name them
+    ops: List[str] = dataclasses.field(default_factory=list)
 
     def line(self) -> str:
+        if self.regime == "symbolic":
+            return (f"{self.name}: {len(self.members)} op(s) [{self.kinds}] symbolic shape: FLOPs and "
+                    f"bytes unknown, ~{self.estimated_registers} regs/thread")
         return (
             f"{self.name}: {len(self.members)} op(s) [{self.kinds}] "
             f"{self.flops / 1e6:.2f} MFLOP, {self.compulsory_bytes / 1e6:.2f} MB, "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import warnings
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import tvm
 from tvm import relax
@@ -125,15 +125,21 @@ class _FunctionFuser:
         partition = Partition(graph, costs, self.policy).run()
         self.report.decisions.extend(partition.decisions)
         groups = partition.groups()
+        self.kernels: Dict[Tuple[int, ...], str] = {}  # members -> the new function's name
+        rewritten = self._rewrite(block, graph, [g for g in groups if len(g) > 1])
         for members in groups:
             view = partition.view(members)
+            single = graph.nodes[members[0]].binding.value
+            kernel = self.kernels.get(tuple(members)) or (
+                single.args[0].name_hint if len(members) == 1 and isinstance(single, relax.Call) else "")
             self.report.groups.append(GroupSummary(
                 name=view.label, members=[graph.nodes[i].name for i in members],
                 kinds=partition.kinds(partition.group_of[members[0]]), flops=view.cost.flops,
                 compulsory_bytes=view.cost.compulsory_bytes, intensity=round(view.cost.intensity, 3),
                 regime=view.cost.regime(self.policy.profile),
-                estimated_registers=self.policy.estimate_registers(view.infos)))
-        return self._rewrite(block, graph, [g for g in groups if len(g) > 1])
+                estimated_registers=self.policy.estimate_registers(view.infos),
+                kernel=kernel, ops=list(view.ops)))
+        return rewritten
 
     def _rewrite(self, block, graph: DataflowGraph, groups: List[List[int]]) -> relax.DataflowBlock:
         """Replace each group by a call of a new primitive function, keeping dependencies ordered."""
@@ -212,6 +218,7 @@ class _FunctionFuser:
                               True, tvm.ir.make_node("ir.DictAttrs", Primitive=True))
         name = "fused_" + "_".join(dict.fromkeys(n.name for n in nodes if not n.is_projection))
         gvar = self.builder.add_func(func, name[:120])
+        self.kernels[tuple(members)] = gvar.name_hint
         call = relax.Call(gvar, args)
         if len(outputs) == 1:
             return [relax.VarBinding(outputs[0].var, call)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from .analysis import FuncInfo, GroupCost
 
@@ -15,6 +15,8 @@ class GroupView:
     label: str
     infos: List[FuncInfo]
     cost: GroupCost
+    #: binding names of its operators (projections left out): the key that finds it again
+    ops: Tuple[str, ...] = ()
 
     def anchor(self) -> Optional[FuncInfo]:
         """The group's complex op (the one a template is chosen for), if any."""

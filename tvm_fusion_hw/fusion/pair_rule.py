@@ -45,6 +45,12 @@ class ComplexPairRule:
         cfg = self.config
         first, second = producer.anchor(), consumer.anchor()
         pair = f"{first.kind if first else '?'} -> {second.kind if second else '?'}"
+        figures.update({"producer_ops": list(producer.ops), "consumer_ops": list(consumer.ops)})
+        refusal = next((r for r in cfg.refused_pairs if (tuple(r.producer_ops), tuple(r.consumer_ops))
+                        == (tuple(producer.ops), tuple(consumer.ops))), None)
+        if refusal is not None:
+            return Decision("complex-pair", producer.label, consumer.label, False,
+                            f"{pair}: staged: {refusal.reason}: two kernels", figures, staged=True)
         if not cfg.fuse_complex_pairs:
             return Decision("complex-pair", producer.label, consumer.label, False,
                             f"{pair}: complex pairs disabled (fuse_complex_pairs=False)", figures)

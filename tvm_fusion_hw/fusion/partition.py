@@ -28,7 +28,8 @@ from typing import Dict, List, Optional, Set
 from .analysis import CONTRACTIONS, ROW_REDUCE, GraphCosts, describe, tensor_elements
 from .decisions import Decision
 from .graph import BROADCAST, INJECTIVE, OPAQUE, DataflowGraph
-from .policy import FusionPolicy, GroupView
+from .group_view import GroupView
+from .policy import FusionPolicy
 
 #: a light group whose every value has at most this many elements is recomputed inside its
 #: consumer's kernel rather than launched on its own (a launch costs microseconds; this is nothing)
@@ -63,6 +64,7 @@ class Partition:
             label=self.label(members),
             infos=[self.costs.node_info[i] for i in sorted(members)],
             cost=self.costs.group_cost(members),
+            ops=tuple(self.op_names(members)),
         )
 
     def consumer_group(self, gid: int) -> Optional[int]:

@@ -28,9 +28,9 @@ template that plans is asked instead, so that the policy's reasons state the ker
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
-from .analysis import CONTRACTIONS, ELEMENTWISE, PROJECTION, WINDOW_REDUCE, FuncInfo, GroupCost
+from .analysis import CONTRACTIONS, ELEMENTWISE, PROJECTION, WINDOW_REDUCE, FuncInfo
 from .decisions import Decision
 from .group_view import GroupView
 from tvm_fusion_hw.errors import FusionHWError
@@ -61,6 +61,19 @@ class GroupSplit:
     def most_ops(self) -> int:
         """Ops of this group one group may still hold: half, rounded up (5 ops: 3 + 2)."""
         return (self.ops + 1) // 2
+
+
+@dataclasses.dataclass(frozen=True)
+class PairRefusal:
+    """A complex pair whose fused kernel its template could not schedule: keep the two apart.
+
+    ``producer_ops`` and ``consumer_ops`` are the binding names of the two groups' operators as the
+    pair's decision recorded them (``figures["producer_ops"]``, ``figures["consumer_ops"]``).
+    """
+
+    producer_ops: Tuple[str, ...]
+    consumer_ops: Tuple[str, ...]
+    reason: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +114,9 @@ class PolicyConfig:  # pylint: disable=too-many-instance-attributes
     max_depth: int = 256
     #: groups the register feedback (tvm_fusion_hw.feedback) measured and split: none may re-form
     split_groups: Tuple[GroupSplit, ...] = ()
+    #: complex pairs whose fused kernel a template failed to schedule (the pipeline sets these
+    #: and rebuilds): staged as two kernels
+    refused_pairs: Tuple[PairRefusal, ...] = ()
 
     def __post_init__(self):
         if not 0 < self.target_occupancy <= 1:
@@ -160,7 +176,7 @@ class FusionPolicy:
     # ---- rules ----------------------------------------------------------------------------
     def _figures(self, merged: GroupView) -> Dict[str, object]:
         return {
-            "intensity_flop_per_byte": round(merged.cost.intensity, 3),
+            "intensity_flop_per_byte": None if merged.cost.symbolic else round(merged.cost.intensity, 3),
             "ridge_flop_per_byte": round(self.profile.ridge_point_flop_per_byte, 3),
             "saved_bytes": merged.cost.saved_bytes,
             "estimated_registers": self.estimate_registers(merged.infos),
@@ -182,6 +198,10 @@ class FusionPolicy:
             return Decision(rule, producer.label, consumer.label, False,
                             f"~{regs} regs/thread exceed the budget {self.register_budget} that keeps "
                             f"{self.config.target_occupancy:.0%} occupancy: stage instead", figures)
+        if merged.cost.symbolic:
+            return Decision(rule, producer.label, consumer.label, True,
+                            f"{why}; intensity unknown (a symbolic dimension), ~{regs} regs <= "
+                            f"{self.register_budget}", figures)
         return Decision(rule, producer.label, consumer.label, True,
                         f"{why}; {merged.cost.intensity:.2f} FLOP/B vs ridge "
                         f"{self.profile.ridge_point_flop_per_byte:.1f} ({merged.cost.regime(self.profile)}), "
@@ -208,6 +228,15 @@ class FusionPolicy:
         anchor = producer.anchor()
         rule = "epilogue" if anchor is None or anchor.kind in CONTRACTIONS or anchor.kind == WINDOW_REDUCE \
             else "reduction-epilogue"
+        widest = max((i.output_bytes for i in consumer.infos), default=0)
+        if anchor is not None and anchor.kind in CONTRACTIONS and anchor.output_bytes and \
+                widest > anchor.output_bytes and not anchor.symbolic:
+            # A squeeze-and-excitation scale: x * sigmoid(fc(pool(x))) writes every FC output
+            # H x W times. A contraction template keeps one output per accumulator, so the
+            # expanded epilogue cannot stay in registers (dlight's Matmul fails on it too).
+            return Decision(rule, producer.label, consumer.label, False,
+                            f"the epilogue writes {widest / anchor.output_bytes:.0f}x the {anchor.kind}'s "
+                            f"outputs (a broadcast of them): it runs as its own kernel", self._figures(merged))
         return self._register_check(rule, producer, consumer, merged,
                                     "epilogue applied in registers")
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Mapping, Union
@@ -50,6 +52,10 @@ ZERO_ALLOWED_FIELDS = frozenset({"shared_memory_reserved_bytes_per_block"})
 
 TEXT_FIELDS = ("name", "display_name", "vendor", "memory_type")
 VENDORS = {"nvidia": "cuda", "amd": "rocm"}
+VENDOR_NAMES = {"nvidia": "an NVIDIA", "amd": "an AMD"}
+#: The target's architecture key per kind, and the form of its value (``sm_90``, ``gfx942``).
+ARCH_KEYS = {"cuda": ("arch", re.compile(r"sm_\d+[af]?"), "sm_90"),
+             "rocm": ("mcpu", re.compile(r"gfx[0-9a-f]+"), "gfx942")}
 
 TARGETS_DIR_CANDIDATES = (
     Path(__file__).resolve().parent.parent / "targets",  # installed: package data
@@ -133,6 +139,8 @@ def known_profiles() -> List[str]:
 def _check_number(path: Path, field: str, value: object) -> Union[int, float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise FusionHWError(f"{path}: field '{field}' must be a number, got {value!r}")
+    if not math.isfinite(value):  # JSON as Python reads it allows NaN and Infinity
+        raise FusionHWError(f"{path}: field '{field}' must be a finite number, got {value!r}")
     if value < 0 or (value == 0 and field not in ZERO_ALLOWED_FIELDS):
         raise FusionHWError(f"{path}: field '{field}' must be positive, got {value!r}")
     if field in INTEGER_FIELDS:
@@ -163,9 +171,11 @@ def profile_from_dict(data: Mapping[str, object], path: Union[str, Path] = "<dic
             f"{path}: field 'target' must be an object with kind "
             f"'{VENDORS[str(values['vendor'])]}' for vendor '{values['vendor']}'"
         )
-    arch_key = "arch" if target["kind"] == "cuda" else "mcpu"
-    if not isinstance(target.get(arch_key), str):
-        raise FusionHWError(f"{path}: field 'target' needs a string '{arch_key}'")
+    arch_key, arch_form, example = ARCH_KEYS[str(target["kind"])]
+    if not isinstance(target.get(arch_key), str) or not arch_form.fullmatch(target[arch_key]):
+        raise FusionHWError(f"{path}: field 'target' needs '{arch_key}' naming "
+                            f"{VENDOR_NAMES[values['vendor']]} GPU architecture (like '{example}') "
+                            f"for kind '{target['kind']}', got {target.get(arch_key)!r}")
     values["target"] = dict(target)
     for field in NUMERIC_FIELDS:
         if field not in data:

@@ -12,7 +12,7 @@ from typing import Union
 import tvm
 
 from tvm_fusion_hw.errors import FusionHWError
-from .profile import HardwareProfile, known_profiles, load_profile, registered_profile
+from .profile import VENDOR_NAMES, HardwareProfile, known_profiles, load_profile, registered_profile
 
 #: tvm/src/target/llvm/codegen_amdgpu.cc: the work-group size limit assumed with no GPU to query
 ROCM_CODEGEN_MAX_THREADS = 256
@@ -48,7 +48,26 @@ def target(name: Union[str, HardwareProfile], host: Union[str, dict, None] = Non
         config["l2_cache_size_bytes"] = profile.l2_cache_bytes
     if host is not None:
         config["host"] = host if isinstance(host, dict) else {"kind": host}
-    return tvm.target.Target(config)
+    try:
+        return tvm.target.Target(config)
+    except Exception as err:  # pylint: disable=broad-except
+        first = (str(err).strip().splitlines() or [type(err).__name__])[-1].split(". ")[0]
+        raise FusionHWError(f"profile '{profile.name}': TVM rejects its target {dict(profile.target)}"
+                            f"{f' with host {host!r}' if host is not None else ''}: {first}") from None
+
+
+def check_target_profile(tgt: tvm.target.Target, profile: HardwareProfile) -> None:
+    """Refuse a GPU target of another kind than ``profile``'s GPU (a ROCm profile with a CUDA
+    target, or the reverse): its kernels would be built for one vendor with the other's limits
+    (warp 32 against wavefront 64, shared memory, registers). An llvm target takes any profile
+    (the GPU's fusion decisions, built for the CPU)."""
+    kind = tgt.kind.name
+    if kind in ("cuda", "rocm") and kind != profile.tvm_kind:
+        raise FusionHWError(
+            f"profile '{profile.name}' is {VENDOR_NAMES[profile.vendor]} GPU "
+            f"({profile.tvm_kind}), but the target is {kind}: use a {kind} profile "
+            f"({', '.join(n for n in known_profiles() if load_profile(n).tvm_kind == kind)}), "
+            f"or the profile's own target, tvm_fusion_hw.target('{profile.name}')")
 
 
 def profile_of(tgt: tvm.target.Target) -> HardwareProfile:

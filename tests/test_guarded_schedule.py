@@ -1,0 +1,147 @@
+"""Never break a build: a template that fails anywhere hands its kernel to the next rule.
+
+Built for CUDA without a GPU (``tvm.compile`` keeps CUDA source), so these run on CI. The rules
+that fail here are written to fail: one raises while scheduling, one returns a schedule that the
+check rejects (no loop bound to a thread), one is ConvPool failing on its fused pair.
+"""
+
+import warnings
+
+import pytest
+import tvm
+from tvm import relax, s_tir
+
+import tvm_fusion_hw as hw
+from tvm_fusion_hw.frontend import import_onnx
+from tvm_fusion_hw.guarded_schedule import GuardedSchedule, TemplateFallbackWarning, one_line
+from tvm_fusion_hw.models import build
+from tvm_fusion_hw.models.common import GraphBuilder
+from tvm_fusion_hw.schedules import ConvPool, ImplicitGemm, VectorizedElementwise
+
+H200 = "nvidia-h200"
+
+
+class RaisesWhileScheduling:
+    """Takes every kernel and raises, as a template with a bug in its matcher would."""
+
+    def apply(self, func, target, tunable):  # pylint: disable=unused-argument
+        raise ValueError("matcher bug")
+
+
+class UnboundSchedule:
+    """Returns the PrimFunc unscheduled: no loop bound to a GPU thread (it builds, and would run on
+    the host over device memory)."""
+
+    def apply(self, func, target, tunable):  # pylint: disable=unused-argument
+        return s_tir.Schedule(func)
+
+
+class BrokenConvPool(ConvPool):
+    """ConvPool's matching and plans, but its schedule fails: the fused pair must be staged again."""
+
+    def apply(self, func, target, tunable):
+        if super().apply(func, target, tunable) is not None:
+            raise RuntimeError("conv+pool schedule failed")
+        return None
+
+
+def cuda_source(ex) -> str:
+    stack, found = [ex.mod], []
+    while stack:
+        mod = stack.pop()
+        if mod.kind == "cuda":
+            found.append(str(mod.inspect_source("")))
+        stack.extend(mod.imports)
+    return "".join(found)
+
+
+def compile_with(model_or_mod, rules, batch=1, **kwargs):
+    target = hw.target(H200)
+    mod = model_or_mod if isinstance(model_or_mod, tvm.IRModule) else \
+        relax.transform.LiftTransformParams()(import_onnx(build(model_or_mod, batch=batch), keep_params_in_input=True))
+    pipeline = hw.get_pipeline(target, schedules=rules, **kwargs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ex = tvm.compile(mod, target=target, relax_pipeline=pipeline)
+    fallback_warnings = [w for w in caught if issubclass(w.category, TemplateFallbackWarning)]
+    return ex, pipeline, fallback_warnings
+
+
+@pytest.mark.parametrize("broken, stage", [(RaisesWhileScheduling(), "schedule"), (UnboundSchedule(), "build")])
+def test_a_failing_rule_hands_every_kernel_on(broken, stage):
+    """Each kernel falls to the next rule; the result is what the rules after it make alone."""
+    ex, pipeline, warned = compile_with("relu_add_mul", [broken, VectorizedElementwise()])
+    reference, _, none = compile_with("relu_add_mul", [VectorizedElementwise()])
+    assert cuda_source(ex) == cuda_source(reference) and not none
+    log = pipeline.schedule_pass.log
+    assert log.fallbacks and {f.stage for f in log.fallbacks} == {stage}
+    assert {f.rule for f in log.fallbacks} == {type(broken).__name__}
+    assert set(log.rules) == {f.kernel for f in log.fallbacks}
+    assert len(warned) == len(log.fallbacks)
+    assert all("\n" not in str(w.message) for w in warned)  # one line each
+
+
+def test_verify_none_accepts_what_the_check_refuses():
+    """Without the check the unbound kernel is accepted (it builds, and would run on the host over
+    device memory): the check is what sends it on."""
+    _, pipeline, warned = compile_with("relu_add_mul", [UnboundSchedule()], verify="none")
+    assert set(pipeline.schedule_pass.log.rules.values()) == {"UnboundSchedule"} and not warned
+
+
+def test_a_fused_pair_its_template_cannot_schedule_is_staged_again():
+    """ConvPool fails on the fused conv+pool kernel: the pipeline fuses again without that pair,
+    so the conv keeps its GEMM template and the pool runs apart, as if the pair were staged."""
+    ex, pipeline, warned = compile_with("conv_relu_pool", [BrokenConvPool(), ImplicitGemm()])
+    report = pipeline.fuse_pass.report
+    (pair,) = report.find("complex-pair")
+    assert not pair.fused and pair.staged
+    assert "the BrokenConvPool template failed on the fused kernel" in pair.reason
+    assert "conv+pool schedule failed" in pair.reason
+    kernels = {g.kernel: g for g in report.groups}
+    assert any("max_pool2d" in k and "conv2d" not in k for k in kernels)  # the pool alone
+    rules = pipeline.schedule_pass.log.rules
+    conv = next(k for k in rules if "conv2d" in k)
+    assert rules[conv] == "ImplicitGemm" and "max_pool2d" not in conv
+    assert warned and "max_pool2d" in cuda_source(ex)
+
+
+def squeeze_excite(batch: int, channels: int = 96, squeezed: int = 24, size: int = 14):
+    """A squeeze-and-excitation block: global pool, two 1x1 convs, sigmoid, scale."""
+    g = GraphBuilder(seed=0)
+    x = g.input("input", [batch, channels, size, size])
+    pooled = g.op("GlobalAveragePool", [x])
+    s = g.relu(g.conv(pooled, channels, squeezed, 1, pad=0))
+    e = g.op("Sigmoid", [g.conv(s, squeezed, channels, 1, pad=0)])
+    return g.model(g.mul(x, e), [batch, channels, size, size], "squeeze_excite")
+
+
+def test_builds_where_stock_fails():
+    """dlight's Matmul asserts on a squeeze-and-excitation kernel at batch 32 (stock TVM 0.27 fails
+    the whole build). The plugin keeps the broadcast scale out of the FC's epilogue, so its own
+    templates schedule every kernel: the FCs as GEMMs, the scale vectorized."""
+    target = hw.target(H200)
+    mod = relax.transform.LiftTransformParams()(import_onnx(squeeze_excite(32), keep_params_in_input=True))
+    with pytest.raises(Exception, match="not properly inlined"):
+        tvm.compile(mod, target=target, relax_pipeline=hw.stock_pipeline(target))
+    ex, pipeline, warned = compile_with(mod, True)
+    assert cuda_source(ex) and not warned and not pipeline.schedule_pass.log.fallbacks
+    rules = pipeline.schedule_pass.log.rules
+    assert set(rules) == set(kernel_names_of(pipeline)) - {""}
+    assert [rules[k] for k in sorted(rules) if "conv2d" in k] == ["ImplicitGemm", "ImplicitGemm"]
+    assert rules["multiply"] == "VectorizedElementwise"
+    (refused,) = [d for d in pipeline.fuse_pass.report.decisions if "a broadcast of them" in d.reason]
+    assert not refused.fused and refused.reason.startswith("the epilogue writes 196x the pointwise_conv's outputs")
+
+
+def kernel_names_of(pipeline):
+    return [g.kernel for g in pipeline.fuse_pass.report.groups if g.kernel]
+
+
+def test_one_line_picks_the_message():
+    error = RuntimeError("Traceback (most recent call last):\n  File x\nInternalError: Check failed: a == b\n")
+    assert one_line(error) == "RuntimeError: InternalError: Check failed: a == b"
+
+
+def test_unknown_verify_mode_is_a_clear_error():
+    with pytest.raises(hw.FusionHWError, match="verify must be one of"):
+        GuardedSchedule([], verify="sometimes")

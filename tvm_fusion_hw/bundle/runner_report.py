@@ -1,0 +1,167 @@
+"""The bundle runner's reports (copied beside run.py; see run.py): the machine's facts and
+results.md, kernels.md and results.png from results.json's rows. Needs numpy; matplotlib for the
+plot when importable.
+"""
+
+import platform, subprocess, sys, time  # noqa: E401
+from pathlib import Path
+
+import numpy as np
+
+COLUMNS = [("stock", "stock"), ("hw", "hw"), ("stock_graph", "stock+graph"), ("hw_graph", "hw+graph"),
+           ("eager", "eager"), ("compile", "compile"), ("compile_graphs", "compile+graphs")]
+
+
+def _cmd(cmd):
+    """stdout of a command, or "" if it cannot run."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def system_info(tvm, dev, args):
+    """Date, machine, GPU, driver, CUDA, library versions."""
+    info = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": platform.node(),
+            "python": platform.python_version(), "numpy": np.__version__, "device": args.device,
+            "tvm": getattr(tvm, "__version__", "?"), "tvm_path": str(Path(tvm.__file__).parent),
+            "tvm_runtime_only": bool(tvm.base._RUNTIME_ONLY),  # pylint: disable=protected-access
+            "tvm_libs": sorted(tvm.base._LOADED_LIBS)}  # pylint: disable=protected-access
+    smi = _cmd(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    if smi:
+        info["gpu"], info["driver"] = [s.strip() for s in smi.splitlines()[0].split(",")][:2]
+        head = _cmd(["nvidia-smi"])
+        info["cuda_driver_api"] = head.split("CUDA Version:")[1].split()[0] if "CUDA Version:" in head else ""
+    nvcc = _cmd(["nvcc", "--version"])
+    info["nvcc"] = nvcc.splitlines()[-1] if nvcc else ""
+    if args.device == "cuda":
+        info["tvm_device"] = f"{dev.device_name} (cc {dev.compute_version})"
+    for mod in ("torch", "torchvision", "onnx", "matplotlib"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except Exception:  # pylint: disable=broad-except
+            info[mod] = None
+    info["torch_cuda"] = sys.modules["torch"].version.cuda if info["torch"] else None
+    return info
+
+
+def _ms(row, key):
+    """A latency cell in ms ("err" where that system failed, "-" where it did not run)."""
+    t = row["times_s"].get(key)
+    return f"{t * 1e3:.3f}" if t else ("err" if key in row["errors"] else "-")
+
+
+def write_markdown(results, path):
+    """results.md: latency table, efficiency table, errors."""
+    sysinfo = results["system"]
+    lines = [f"# tvm_fusion_hw benchmark ({sysinfo.get('gpu') or sysinfo['device']}, {sysinfo['date']})", "",
+             f"Profile {results['profile']}, TVM {sysinfo['tvm']}, torch {sysinfo.get('torch')}, "
+             f"driver {sysinfo.get('driver', '-')}, CUDA {sysinfo.get('cuda_driver_api', '-')}. "
+             f"Median latency in ms; fp32, TF32 off. hw/stock = stock time / hw time.", "",
+             "| model | batch | " + " | ".join(c[1] for c in COLUMNS)
+             + " | hw/stock | max error (rel L2, abs) |",
+             "| --- | ---: | " + " | ".join("---:" for _ in COLUMNS) + " | ---: | ---: |"]
+    for row in results["rows"]:
+        t = row.get("times_s", {})
+        speed = f"{t['stock'] / t['hw']:.2f}x" if t.get("stock") and t.get("hw") else "-"
+        acc = row.get("accuracy", {})
+        worst = max(acc.values(), key=lambda a: a["rel_l2"], default=None)
+        err = "-" if worst is None else (f"{worst['rel_l2']:.1e}, {worst['max_abs']:.1e}"
+                                         + ("" if all(a["ok"] for a in acc.values()) else " FAIL"))
+        if "error" in row:
+            cells, speed, err = ["err"] * len(COLUMNS), "-", row["error"][:60]
+        else:
+            cells = [_ms(row, k) for k, _ in COLUMNS]
+        lines.append(f"| {row['model']} | {row['batch']} | " + " | ".join(cells) + f" | {speed} | {err} |")
+    lines += ["", "Roofline efficiency (bound / measured) on the profile; bytes = sum over hw groups.", "",
+              "| model | batch | GFLOP | MB | bound (us) | " + " | ".join(c[1] for c in COLUMNS) + " |",
+              "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in COLUMNS) + " |"]
+    for row in results["rows"]:
+        if "error" in row:
+            continue
+        eff = [f"{row['efficiency'][k] * 100:.3g}%" if k in row["efficiency"] else "-" for k, _ in COLUMNS]
+        lines.append(f"| {row['model']} | {row['batch']} | {row['flops'] / 1e9:.3f} | "
+                     f"{row['bytes'] / 1e6:.1f} | {row['roofline_s'] * 1e6:.1f} | " + " | ".join(eff) + " |")
+    lines += variants_table(results["rows"])
+    problems = [f"- {r['model']} b{r['batch']} {k}: {v}" for r in results["rows"]
+                for k, v in (r.get("errors") or {}).items()]
+    problems += [f"- {r['model']} b{r['batch']}: {r['error']}" for r in results["rows"] if "error" in r]
+    notes = sorted({n for r in results["rows"] for n in r.get("notes", [])})
+    notes += [f"{r['model']} b{r['batch']}: {r['weights']}" for r in results["rows"] if r.get("weights")]
+    lines += ["", "## Errors", ""] + (problems or ["none"]) + ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def variants_table(rows):
+    """Lines of results.md's table of the bundle's extra variants (none: no lines)."""
+    out = []
+    for row in rows:
+        hw_ms = row.get("times_s", {}).get("hw")
+        for key, knobs in (row.get("knobs") or {}).items():
+            t, acc, groups = row["times_s"].get(key), row["accuracy"].get(key), row.get("groups", {})
+            text = ", ".join(f"{k}={'+'.join(v) if isinstance(v, list) else v}" for k, v in knobs.items())
+            ratio = f"{t / hw_ms:.2f}x" if t and hw_ms else "-"
+            err = f"{acc['rel_l2']:.1e}" + ("" if acc["ok"] else " FAIL") if acc else "-"
+            out.append(f"| {row['model']} | {row['batch']} | {key} | {text} | {groups.get('hw', '-')} / "
+                       f"{groups.get(key, '-')} | {_ms(row, 'stock')} | {_ms(row, 'hw')} | {_ms(row, key)} | "
+                       f"{ratio} | {err} |")
+    if not out:
+        return []
+    return ["", "## Variants", "", "Extra libraries: the hw pipeline with other knobs (bundle --variant), "
+            "checked against stock. variant/hw = variant time / hw time (above 1: hw's grouping is faster).",
+            "", "| model | batch | variant | knobs | groups of main (hw / variant) | stock | hw | variant "
+            "| variant/hw | rel L2 vs stock |",
+            "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |", *out]
+
+
+def write_kernels(results, path):
+    """kernels.md: per model x batch and library, the kernels that take the time (--kernel-profile)."""
+    sysinfo = results["system"]
+    lines = [f"# Time per kernel ({sysinfo.get('gpu') or sysinfo['device']}, {sysinfo['date']})", "",
+             "Each distinct kernel of one run of `main`, timed alone on the arguments it had there "
+             "(time_evaluator median; CUDA events on a GPU). us = time per call x calls; share of the sum "
+             "over all kernels. End-to-end minus the sum is the VM's and the launches' overhead, less what "
+             "kernels timed alone gain from warm caches.", ""]
+    for row in results["rows"]:
+        kernels = row.get("kernels") or {}
+        if kernels:
+            lines += [f"## {row['model']} b{row['batch']}", ""]
+        for key in sorted(kernels, key=lambda k: (k != "hw", k != "stock", k)):
+            prof, e2e = kernels[key], row["times_s"].get(key)
+            total, top = prof["total_us"], prof["top"]
+            lines += [f"### {key}: {prof['calls']} kernel calls ({prof['distinct']} distinct), sum "
+                      f"{total:.2f} us" + (f", end-to-end {e2e * 1e6:.2f} us" if e2e else ""), "",
+                      "| kernel | calls | us | share |", "| --- | ---: | ---: | ---: |"]
+            lines += [f"| `{k['name']}` | {k['calls']} | {k['us']:.2f} | {k['us'] / max(total, 1e-9):.1%} |"
+                      for k in top]
+            if prof["distinct"] > len(top):
+                rest = total - sum(k["us"] for k in top)
+                lines.append(f"| {prof['distinct'] - len(top)} other kernels | "
+                             f"{prof['calls'] - sum(k['calls'] for k in top)} | {rest:.2f} | "
+                             f"{rest / max(total, 1e-9):.1%} |")
+            lines += [f"| sum | {prof['calls']} | {total:.2f} | 100% |", ""]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_plot(results, path):
+    """results.png: grouped bars (log ms) per model x batch, or a note why not."""
+    try:
+        import matplotlib  # pylint: disable=import-outside-toplevel
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return "matplotlib not importable: no results.png"
+    rows = [r for r in results["rows"] if r.get("times_s")]
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(rows)), 5))
+    width = 0.8 / len(COLUMNS)
+    for i, (key, label) in enumerate(COLUMNS):
+        vals = [r["times_s"].get(key, float("nan")) * 1e3 for r in rows]
+        ax.bar([j + i * width for j in range(len(rows))], vals, width, label=label)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rows))])
+    ax.set_xticklabels([f"{r['model']}\nb{r['batch']}" for r in rows], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("median latency (ms, log)")
+    ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return ""

@@ -1,0 +1,234 @@
+"""The bundle runner's measurements (copied beside run.py; see run.py): the seeded inputs and
+weights, one library loaded, checked and timed, its kernels timed one by one, and PyTorch.
+
+Needs numpy; onnx (exact weights) and torch/torchvision (PyTorch columns) when importable. TVM is
+the bundle's runtime-only copy, handed in by run.py.
+"""
+
+import hashlib, lzma, math, shutil, statistics, struct, sys, time  # noqa: E401
+
+import numpy as np
+
+TOP_KERNELS = 25  # kernels kernels.md lists per library (results.json keeps them all, in "all")
+
+
+def log(msg):
+    """One progress line on stderr."""
+    print(f"[run {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def rebuild_weights(bundle, entry):
+    """Parameter arrays in main_transform_params order: the bundled ONNX builders, else seeded random."""
+    specs, note = entry["params"], "weights from the ONNX builders"
+    try:
+        if str(bundle / "builders") not in sys.path:
+            sys.path.insert(0, str(bundle / "builders"))
+        from onnx import numpy_helper  # pylint: disable=import-outside-toplevel
+        from tvm_fusion_hw.models import build  # pylint: disable=import-outside-toplevel
+        inits = {t.name: numpy_helper.to_array(t) for t in build(entry["model"], batch=entry["batch"],
+                                                                 seed=entry["seed"]).graph.initializer}
+    except Exception as err:  # pylint: disable=broad-except
+        inits, note = {}, f"weights seeded random ({type(err).__name__}: {err})"
+    rng, out, bad = np.random.default_rng(entry["seed"]), [], []
+    for spec in specs:
+        shape, dtype = tuple(spec["shape"]), spec["dtype"]
+        arr = inits.get(spec["name"])
+        if arr is not None:
+            arr = np.ascontiguousarray(arr.astype(dtype, copy=False)).reshape(shape)
+            if hashlib.sha256(arr.tobytes()).hexdigest() != spec["sha256"]:
+                bad.append(spec["name"])
+        elif "value" in spec:
+            arr = np.asarray(spec["value"], dtype=dtype).reshape(shape)
+        elif spec["role"] in ("bn_var", "bn_scale", "ln_scale"):  # positive, near 1
+            arr = rng.uniform(0.8, 1.2, shape).astype(dtype)
+        else:
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 2 else (shape[0] if len(shape) == 2 else 0)
+            arr = rng.normal(0, math.sqrt(1.0 / fan_in) if fan_in else 0.05, shape).astype(dtype)
+        out.append(arr)
+    if not specs:
+        note = "no weights"
+    elif inits:
+        note += f": {len(bad)} of {len(specs)} differ from the compiled weights (e.g. {bad[0]})" if bad else \
+            f": all {len(specs)} match the compiled weights (SHA-256)"
+    return out, note
+
+
+def make_inputs(entry):
+    """Seeded standard-normal inputs in graph order (as tvm_fusion_hw.models.example_inputs)."""
+    rng = np.random.default_rng(entry["input_seed"])
+    return [rng.standard_normal(i["shape"], dtype=np.float32).astype(i["dtype"]) for i in entry["inputs"]]
+
+
+def library_path(bundle, variant, tmp):
+    """The .so of a variant, unpacked from .so.xz into ``tmp`` when stored compressed."""
+    plain = bundle / variant["file"]
+    if plain.is_file():
+        return plain
+    target = tmp / variant["file"]
+    with lzma.open(bundle / variant["stored"], "rb") as src, open(target, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return target
+
+
+def to_numpy(value):
+    """VM result (tensor or nested tuple) -> flat list of numpy arrays."""
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    return [a for v in value for a in to_numpy(v)]
+
+
+def profile_kernels(tvm, vm, dev, feed, args):
+    """Per-kernel time of ``main``: record each kernel call of one run (a VM instrument), then time
+    every distinct kernel alone on the arguments of its first call (time_evaluator: CUDA events on
+    a GPU). TVM 0.27 has no VM profiler (no ``profile=True``, no tvm.runtime.profiling).
+
+    Returns {"total_us", "calls", "distinct", "all": [{"name", "us", "calls", "us_per_call"}],
+    "top": the first TOP_KERNELS of "all"}, ``us`` summed over calls, largest first. "all" feeds
+    per-kernel comparisons across libraries (bench/template_table.py); "top" is what kernels.md
+    shows (and what results.json had before "all").
+    """
+    calls = {}  # symbol -> [function, arguments of its first call, number of calls]
+
+    def instrument(func, symbol, before, _ret, *fargs):
+        if before and callable(func) and not symbol.startswith("vm.builtin."):
+            calls.setdefault(symbol, [func, fargs, 0])[2] += 1
+        return 0  # VMInstrumentReturnKind.NO_OP
+
+    vm.set_instrument(instrument)
+    vm["main"](*feed)
+    evaluator = tvm.get_global_func("runtime.RPCTimeEvaluator")
+    repeat, min_ms = max(1, min(args.repeat, 5)), min(args.min_repeat_ms, 10)
+    rows = []
+    for symbol, (func, fargs, count) in calls.items():
+        tvm.register_global_func("tvm_fusion_hw.profiled_kernel", func, override=True)
+        timer = evaluator(None, "tvm_fusion_hw.profiled_kernel", dev.dlpack_device_type(), dev.index,
+                          1, repeat, min_ms, 100, 0, 1, 0, "")
+        per_call = statistics.median(struct.unpack(f"@{repeat}d", bytes(timer(*fargs)))) * 1e6
+        rows.append({"name": symbol, "us": round(per_call * count, 3), "calls": count,
+                     "us_per_call": round(per_call, 3)})
+    rows.sort(key=lambda r: -r["us"])
+    return {"total_us": round(sum(r["us"] for r in rows), 3), "calls": sum(r["calls"] for r in rows),
+            "distinct": len(rows), "all": rows, "top": rows[:TOP_KERNELS]}
+
+
+def run_variant(tvm, path, dev, weights, inputs, args, profile=False):
+    """Load one library, transform the weights once, run main; return (outputs, median s, all s,
+    kernels): with ``profile``, profile_kernels' result (or its error) after the timing, else None."""
+    lib = tvm.runtime.load_module(str(path))
+    vm = tvm.runtime.vm.VirtualMachine(lib, dev)
+    params = []
+    if weights:
+        params = list(vm["main_transform_params"]([tvm.runtime.tensor(w, dev) for w in weights]))
+    feed = [tvm.runtime.tensor(x, dev) for x in inputs] + params
+    outputs = to_numpy(vm["main"](*feed))
+    vm.save_function("main", "main_saved", *feed)
+    timer = vm.time_evaluator("main_saved", dev, number=args.number, repeat=args.repeat,
+                              min_repeat_ms=args.min_repeat_ms)
+    res = timer()
+    kernels = None
+    if profile:
+        try:
+            kernels = profile_kernels(tvm, vm, dev, feed, args)
+        except Exception as err:  # pylint: disable=broad-except
+            kernels = {"error": f"{type(err).__name__}: {str(err)[-500:]}"}
+    return outputs, float(res.median), [float(r) for r in res.results], kernels
+
+
+def compare(ref, out):
+    """(max abs error, relative L2 error) of ``out`` against ``ref`` over all outputs."""
+    if len(ref) != len(out) or any(a.shape != b.shape for a, b in zip(ref, out)):
+        return float("inf"), float("inf")
+    diff = [np.abs(a.astype(np.float64) - b) for a, b in zip(ref, out)]
+    num = math.sqrt(sum(float((d ** 2).sum()) for d in diff))
+    den = math.sqrt(sum(float((a.astype(np.float64) ** 2).sum()) for a in ref))
+    return max(float(d.max()) for d in diff), num / max(den, 1e-30)
+
+
+def torch_model(entry, torch):
+    """The same architecture in PyTorch (random weights: timing only)."""
+    nn, name, shapes = torch.nn, entry["model"], [i["shape"] for i in entry["inputs"]]
+    w4 = [p["shape"] for p in entry["params"] if len(p["shape"]) == 4]
+    chan, last = shapes[0][1], shapes[0][-1]
+
+    class Micro(nn.Module):  # pylint: disable=missing-class-docstring
+        def __init__(self, f, weight=None, **mods):
+            super().__init__()
+            self.f, self.w = f, nn.Parameter(weight, requires_grad=False) if weight is not None else None
+            for key, mod in mods.items():
+                self.add_module(key, mod)
+
+        def forward(self, *xs):  # pylint: disable=missing-function-docstring
+            return self.f(self, *xs)
+
+    if name in ("mobilenet_v2", "resnet50", "squeezenet1_1"):
+        import torchvision  # pylint: disable=import-outside-toplevel
+        return getattr(torchvision.models, name)(weights=None)
+    if name == "bert_encoder_layer":
+        return nn.TransformerEncoderLayer(768, 12, 3072, activation="gelu", batch_first=True,
+                                          norm_first=False)
+    if name == "relu_add_mul":
+        scale = torch.rand(chan, *[1] * (len(shapes[0]) - 2)) + 0.5
+        return Micro(lambda m, x, skip: (torch.relu(x) + skip) * m.w, scale)
+    if name == "eltwise5":
+        return Micro(lambda _, x, skip, gate: (lambda s: s * torch.sigmoid(s) * gate)(torch.relu(x) + skip))
+    if name == "conv_relu_pool":
+        return nn.Sequential(nn.Conv2d(chan, w4[0][0], 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, 2))
+    if name == "dw_pw":
+        return nn.Sequential(nn.Conv2d(chan, chan, 3, padding=1, groups=chan), nn.BatchNorm2d(chan),
+                             nn.ReLU6(), nn.Conv2d(chan, w4[-1][0], 1))
+    if name == "layernorm_residual":
+        return Micro(lambda m, x, res: m.ln(x + m.w + res), torch.randn(last) * 0.02,
+                     ln=nn.LayerNorm(last, eps=1e-12))
+    raise KeyError(f"no PyTorch version of {name}")
+
+
+def time_torch(fn, inputs, torch, cuda, args):
+    """Median seconds per call (CUDA events on GPU); the first calls (compilation, capture) excluded."""
+    def timed(number):
+        if cuda:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+        start = time.perf_counter()
+        for _ in range(number):
+            fn(*inputs)
+        if cuda:
+            end.record()
+            end.synchronize()
+            return begin.elapsed_time(end) / 1e3 / number
+        return (time.perf_counter() - start) / number
+
+    timed(5)
+    number = max(1, min(1000, math.ceil(args.min_repeat_ms / 1e3 / max(timed(1), 1e-6))))
+    return statistics.median(timed(number) for _ in range(args.repeat))
+
+
+def bench_torch(entry, inputs, args, row):
+    """PyTorch eager, torch.compile and torch.compile(mode='reduce-overhead') into ``row``."""
+    try:
+        import torch  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        row["notes"].append("torch not importable: no PyTorch columns")
+        return
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    cuda = args.device == "cuda"
+    dev = "cuda" if cuda else "cpu"
+    try:
+        model = torch_model(entry, torch).eval().to(dev)
+    except Exception as err:  # pylint: disable=broad-except
+        row["errors"]["torch"] = f"{type(err).__name__}: {err}"
+        return
+    xs = [torch.from_numpy(x).to(dev) for x in inputs]
+    modes = {"eager": lambda m: m, "compile": torch.compile,
+             "compile_graphs": lambda m: torch.compile(m, mode="reduce-overhead")}
+    for key, wrap in modes.items():
+        if key not in args.torch_modes:
+            continue
+        try:
+            import torch._dynamo  # pylint: disable=import-outside-toplevel,redefined-outer-name
+            torch._dynamo.reset()  # pylint: disable=protected-access
+            with torch.no_grad():
+                row["times_s"][key] = time_torch(wrap(model), xs, torch, cuda, args)
+            log(f"{row['model']} b{row['batch']}: torch {key} {row['times_s'][key] * 1e3:.3f} ms")
+        except Exception as err:  # pylint: disable=broad-except
+            row["errors"][key] = f"{type(err).__name__}: {str(err)[:500]}"
