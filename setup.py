@@ -10,7 +10,7 @@ from setuptools import find_packages, setup
 # tvm_fusion_hw/ and its subpackages, then schedules/ (and its subpackages) mapped inside it
 PACKAGES = find_packages(include=["tvm_fusion_hw", "tvm_fusion_hw.*"]) + [
     "tvm_fusion_hw." + name for name in find_packages(include=["schedules", "schedules.*"])
-] + ["tvm_fusion_hw.models", "tvm_fusion_hw.targets"]
+] + ["tvm_fusion_hw.models", "tvm_fusion_hw.models.corpus", "tvm_fusion_hw.targets"]
 
 setup(
     name="tvm_fusion_hw",
@@ -26,10 +26,11 @@ setup(
         "tvm_fusion_hw.models": "models",
         "tvm_fusion_hw.targets": "targets",
     },
-    package_data={"tvm_fusion_hw.targets": ["*.json"]},
+    package_data={"tvm_fusion_hw.targets": ["*.json"],
+                  "tvm_fusion_hw.models.corpus": ["index.json", "graphs/*.onnx.xz"]},
     install_requires=["apache-tvm>=0.27,<0.28", "numpy", "onnx"],
     extras_require={
-        "test": ["pytest", "pytest-xdist"],
+        "test": ["pytest", "pytest-xdist", "onnxruntime", "hypothesis"],
         # register counts exactly as TVM's default NVRTC load-time compile makes them (else nvcc)
         "nvrtc": ["cuda-bindings"],
     },
