@@ -61,15 +61,28 @@ def list_models() -> list[str]:
     return list(MODELS)
 
 
+#: A corpus model is named ``corpus:NAME`` wherever a zoo name is taken (``build``, the bundle).
+CORPUS_PREFIX = "corpus:"
+
+
 def _check_name(name: str) -> None:
+    if name.startswith(CORPUS_PREFIX):
+        from . import corpus  # pylint: disable=import-outside-toplevel
+
+        if name[len(CORPUS_PREFIX):] not in corpus.names():
+            raise FusionHWError(f"unknown corpus model {name!r}; known: {', '.join(corpus.names())}")
+        return
     if name not in MODELS:
-        raise FusionHWError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
+        raise FusionHWError(f"unknown model {name!r}; known models: {', '.join(MODELS)} "
+                            f"and {CORPUS_PREFIX}NAME for the corpus (tvm-fusion-hw models)")
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **kwargs) -> onnx.ModelProto:
     """Build model ``name`` with batch size ``batch`` and weight seed ``seed``.
 
-    Extra keyword arguments go to the builder (e.g. ``size=`` for micro-graphs).
+    Extra keyword arguments go to the builder (e.g. ``size=`` for micro-graphs). ``corpus:NAME``
+    loads a corpus graph with seeded weights, its shape arithmetic folded (what TVM's importer
+    needs; outputs unchanged, see ``models/corpus/README.md``).
 
     Raises
     ------
@@ -79,6 +92,10 @@ def build(name: str, batch: int = 1, seed: int = 0, **kwargs) -> onnx.ModelProto
     _check_name(name)
     if not isinstance(batch, int) or batch < 1:
         raise FusionHWError(f"batch must be a positive integer, got {batch!r}")
+    if name.startswith(CORPUS_PREFIX):
+        from . import corpus  # pylint: disable=import-outside-toplevel
+
+        return corpus.load(name[len(CORPUS_PREFIX):], batch=batch, seed=seed, fold=True, **kwargs)
     return MODELS[name](batch=batch, seed=seed, **kwargs)
 
 

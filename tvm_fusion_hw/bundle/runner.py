@@ -42,8 +42,9 @@ def _beside(name, names):
     return [getattr(module, n) for n in names.split()]
 
 
-log, rebuild_weights, make_inputs, library_path, run_variant, compare, bench_torch = _beside(
-    "runner_timing", "log rebuild_weights make_inputs library_path run_variant compare bench_torch")
+log, rebuild_weights, make_inputs, library_path, run_variant, compare, bench_torch, onnxruntime_outputs = _beside(
+    "runner_timing", "log rebuild_weights make_inputs library_path run_variant compare bench_torch "
+    "onnxruntime_outputs")
 system_info, write_markdown, write_kernels, write_plot = _beside(
     "runner_report", "system_info write_markdown write_kernels write_plot")
 
@@ -158,7 +159,8 @@ def bench_entry(tvm, bundle, entry, dev, args, tmp):
     row["knobs"] = {v["name"]: v["knobs"] for v in entry["variants"] if "knobs" in v}
     weights, row["weights"] = rebuild_weights(bundle, entry)
     inputs = make_inputs(entry)
-    ref = None
+    row["errors"].update({f"{k} build": v for k, v in entry.get("build_errors", {}).items()})
+    ref, outputs = None, {}
     for variant in entry["variants"]:
         key = variant["name"]
         if variant["cuda_graph"] and args.no_graph:
@@ -172,6 +174,7 @@ def bench_entry(tvm, bundle, entry, dev, args, tmp):
                 row["errors"][f"{key} kernels"] = kernels["error"]
             elif kernels:
                 row.setdefault("kernels", {})[key] = kernels
+            outputs[key] = outs
             if key == "stock" or ref is None:
                 ref, row["reference"] = outs, key
             max_abs, rel = compare(ref, outs)
@@ -182,6 +185,17 @@ def bench_entry(tvm, bundle, entry, dev, args, tmp):
         except Exception as err:  # pylint: disable=broad-except
             row["errors"][key] = f"{type(err).__name__}: {str(err)[-800:]}"
             log(f"{entry['model']} b{entry['batch']}: {key} FAILED {row['errors'][key][:200]}")
+    if args.onnxruntime and outputs:
+        try:
+            ort = onnxruntime_outputs(bundle, entry, inputs)
+            for key, outs in outputs.items():
+                max_abs, rel = compare(ort, outs)
+                row.setdefault("accuracy_onnxruntime", {})[key] = {
+                    "max_abs": max_abs, "rel_l2": rel, "ok": bool(rel <= args.onnxruntime_rtol)}
+            log(f"{entry['model']} b{entry['batch']}: against onnxruntime " + ", ".join(
+                f"{k} {v['rel_l2']:.1e}" for k, v in row["accuracy_onnxruntime"].items()))
+        except Exception as err:  # pylint: disable=broad-except
+            row["errors"]["onnxruntime"] = f"{type(err).__name__}: {str(err)[-300:]}"
     if args.torch_modes:
         bench_torch(entry, inputs, args, row)
     bound = entry.get("roofline_s") or 0
@@ -229,6 +243,10 @@ def main(argv=None):
     ap.add_argument("--torch", nargs="*", dest="torch_modes", default=["eager", "compile", "compile_graphs"],
                     help="PyTorch columns to time (none: --torch)")
     ap.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph libraries")
+    ap.add_argument("--onnxruntime", action="store_true",
+                    help="also compare every library with onnxruntime on the CPU (needs onnx, onnxruntime)")
+    ap.add_argument("--onnxruntime-rtol", type=float, default=1e-3,
+                    help="max relative L2 error against onnxruntime (other kernels, other rounding)")
     ap.add_argument("--kernel-profile", action="store_true",
                     help="after timing, time each kernel of every library without CUDA graphs (kernels.md)")
     ap.add_argument("--cuda-compiler", choices=("auto", "bundle", "nvrtc", "nvcc"), default="auto",

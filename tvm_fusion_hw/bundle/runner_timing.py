@@ -29,10 +29,10 @@ def rebuild_weights(bundle, entry):
                                                                  seed=entry["seed"]).graph.initializer}
     except Exception as err:  # pylint: disable=broad-except
         inits, note = {}, f"weights seeded random ({type(err).__name__}: {err})"
-    rng, out, bad = np.random.default_rng(entry["seed"]), [], []
+    rng, out, bad, drawn = np.random.default_rng(entry["seed"]), [], [], []
     for spec in specs:
         shape, dtype = tuple(spec["shape"]), spec["dtype"]
-        arr = inits.get(spec["name"])
+        arr = inits.get(spec.get("onnx_name", spec["name"]), inits.get(spec["name"]))
         if arr is not None:
             arr = np.ascontiguousarray(arr.astype(dtype, copy=False)).reshape(shape)
             if hashlib.sha256(arr.tobytes()).hexdigest() != spec["sha256"]:
@@ -40,8 +40,10 @@ def rebuild_weights(bundle, entry):
         elif "value" in spec:
             arr = np.asarray(spec["value"], dtype=dtype).reshape(shape)
         elif spec["role"] in ("bn_var", "bn_scale", "ln_scale"):  # positive, near 1
+            drawn.append(spec["name"])
             arr = rng.uniform(0.8, 1.2, shape).astype(dtype)
         else:
+            drawn.append(spec["name"])
             fan_in = int(np.prod(shape[1:])) if len(shape) > 2 else (shape[0] if len(shape) == 2 else 0)
             arr = rng.normal(0, math.sqrt(1.0 / fan_in) if fan_in else 0.05, shape).astype(dtype)
         out.append(arr)
@@ -50,6 +52,8 @@ def rebuild_weights(bundle, entry):
     elif inits:
         note += f": {len(bad)} of {len(specs)} differ from the compiled weights (e.g. {bad[0]})" if bad else \
             f": all {len(specs)} match the compiled weights (SHA-256)"
+        if drawn:  # pylint: disable=confusing-consecutive-elif
+            note += f"; {len(drawn)} not found in the builders' model and drawn at random (e.g. {drawn[0]})"
     return out, note
 
 
@@ -142,6 +146,20 @@ def compare(ref, out):
     num = math.sqrt(sum(float((d ** 2).sum()) for d in diff))
     den = math.sqrt(sum(float((a.astype(np.float64) ** 2).sum()) for a in ref))
     return max(float(d.max()) for d in diff), num / max(den, 1e-30)
+
+
+def onnxruntime_outputs(bundle, entry, inputs):
+    """The model's outputs from onnxruntime on the CPU, with the same weights and inputs: a
+    reference no one here wrote (and the only one where stock TVM cannot build the model)."""
+    import onnxruntime  # pylint: disable=import-outside-toplevel
+    if str(bundle / "builders") not in sys.path:
+        sys.path.insert(0, str(bundle / "builders"))
+    from tvm_fusion_hw.models import build  # pylint: disable=import-outside-toplevel
+    model = build(entry["model"], batch=entry["batch"], seed=entry["seed"])
+    inits = {t.name for t in model.graph.initializer}
+    names = [v.name for v in model.graph.input if v.name not in inits]
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return [np.asarray(o) for o in session.run(None, dict(zip(names, inputs)))]
 
 
 def torch_model(entry, torch):

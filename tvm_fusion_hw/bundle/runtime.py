@@ -99,8 +99,12 @@ def copy_builders(dest: Path) -> Path:
     (pkg / "models").mkdir(parents=True)
     (pkg / "__init__.py").write_text('"""Model builders only (copied by tvm_fusion_hw.bundle)."""\n')
     shutil.copy2(PACKAGE_DIR / "errors.py", pkg / "errors.py")
-    for src in Path(model_zoo.__file__).parent.glob("*.py"):
+    zoo = Path(model_zoo.__file__).parent
+    for src in zoo.glob("*.py"):
         shutil.copy2(src, pkg / "models" / src.name)
+    # the corpus: its loader, index and stripped graphs (a few hundred KiB), weights seeded there
+    shutil.copytree(zoo / "corpus", pkg / "models" / "corpus",
+                    ignore=shutil.ignore_patterns("__pycache__", "export.py", "survey.py", "README.md"))
     return pkg
 
 

@@ -37,6 +37,7 @@ import json
 import lzma
 import numbers
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 import numpy as np
+from onnx import numpy_helper
 import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
@@ -53,7 +55,7 @@ from .cubins import precompile_cuda
 from .variants import VariantSpec, parse_variants, pipeline_knobs
 from .runtime import REPO, copy_builders, copy_runner, copy_tvm_runtime, fetch_tvm_ffi_wheels
 from tvm_fusion_hw.errors import FusionHWError
-from tvm_fusion_hw.models import build, list_models
+from tvm_fusion_hw.models import CORPUS_PREFIX, build, corpus, list_models
 from tvm_fusion_hw.pipeline import fusion_pass, get_pipeline, pass_context, stock_pipeline
 from tvm_fusion_hw.hardware.profile import load_profile
 from tvm_fusion_hw.hardware.target import target as hw_target
@@ -189,13 +191,19 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
     the built libraries are added to ``sources`` (SHA-256 -> source).
     """
     model, mod, fparams, values = import_model(name, batch)
+    file_name = re.sub(r"[^A-Za-z0-9._-]", "_", name)  # "corpus:resnet18" -> "corpus_resnet18"
     num_input = len(fparams) - len(values)
     roles = _param_roles(model)
+    # TVM's importer renames some initializers ("onnx::Conv_650" -> "Conv_650"): the runner finds
+    # each weight by the name of the ONNX initializer holding the same bytes
+    onnx_names = {hashlib.sha256(np.ascontiguousarray(numpy_helper.to_array(t)).tobytes()).hexdigest(): t.name
+                  for t in model.graph.initializer}
     params = []
     for var, val in zip(fparams[num_input:], values):
         arr = val.numpy()
-        spec = {**_tensor_spec(var), "role": roles.get(var.name, ""),
-                "sha256": hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()}
+        digest = hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
+        spec = {**_tensor_spec(var), "role": roles.get(var.name, ""), "sha256": digest,
+                "onnx_name": onnx_names.get(digest, var.name)}
         if arr.size <= _INLINE_MAX:
             spec["value"] = arr.reshape(-1).tolist()
         params.append(spec)
@@ -210,20 +218,28 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
               for use_graph in graph_opts for pipe in pipelines]
     builds += [(spec.name, "hw", False, spec) for spec in extra]
     for key, pipe, use_graph, spec in builds:
-        stem = f"{name}_b{batch}_{key}"
+        stem = f"{file_name}_b{batch}_{key}"
         start = time.time()
         knobs = pipeline_knobs(spec) if spec else None
         # the plugin's builds take its PassContext options (cp.async on sm_80+), as a user's would;
         # stock TVM builds as it comes
-        with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": use_graph}), \
-                (pass_context(tgt) if pipe == "hw" else contextlib.nullcontext()):
-            relax_pipeline = _pipeline(pipe, tgt, profile, knobs)
-            ex = tvm.compile(mod, target=tgt, relax_pipeline=relax_pipeline)
+        try:
+            with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": use_graph}), \
+                    (pass_context(tgt) if pipe == "hw" else contextlib.nullcontext()):
+                relax_pipeline = _pipeline(pipe, tgt, profile, knobs)
+                ex = tvm.compile(mod, target=tgt, relax_pipeline=relax_pipeline)
+        except Exception as err:  # pylint: disable=broad-except
+            # Stock TVM fails on some models (dlight's Matmul on SE at batch 32): the entry keeps
+            # the libraries that built, and the runner compares them with onnxruntime.
+            lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+            entry.setdefault("build_errors", {})[key] = f"{type(err).__name__}: {(lines or [''])[-1][:300]}"
+            log(f"{name} b{batch}: {key} FAILED to build: {entry['build_errors'][key]}")
+            continue
         entry["compile_s"][key] = round(time.time() - start, 3)
         variant = {"name": key, "pipeline": pipe, "cuda_graph": use_graph}
         if pipe == "hw" and not use_graph:
             report = relax_pipeline.fuse_pass.report
-            report_file = f"{name}_b{batch}_report.json" if spec is None else f"{stem}_report.json"
+            report_file = f"{file_name}_b{batch}_report.json" if spec is None else f"{stem}_report.json"
             (out / report_file).write_text(report.to_json())
             if spec is None:
                 entry["report"] = report_file
@@ -285,7 +301,7 @@ def write_bundle(out_dir, models: Sequence[str] = DEFAULT_MODELS,
     out_dir : str or Path
         Folder to write (created; files of an earlier bundle there are overwritten).
     models, batches : sequences
-        What to compile (names from :func:`tvm_fusion_hw.models.list_models`).
+        What to compile (names from :func:`tvm_fusion_hw.models.list_models`, or ``corpus:NAME``).
     profile : str
         Hardware profile: the CUDA target for ``target="cuda"``; for ``"llvm"`` only the
         fusion decisions (and the roofline figures) come from it.
@@ -312,9 +328,12 @@ def write_bundle(out_dir, models: Sequence[str] = DEFAULT_MODELS,
         What was written to ``manifest.json``. A model that fails to compile gets an entry with
         ``"error"`` and the others continue.
     """
-    unknown = [m for m in models if m not in list_models()]
+    corpus_names = set(corpus.names())
+    unknown = [m for m in models if m not in list_models()
+               and not (m.startswith(CORPUS_PREFIX) and m[len(CORPUS_PREFIX):] in corpus_names)]
     if unknown:
-        raise FusionHWError(f"unknown model {unknown[0]!r}; known models: {', '.join(list_models())}")
+        raise FusionHWError(f"unknown model {unknown[0]!r}; known models: {', '.join(list_models())} "
+                            f"and {CORPUS_PREFIX}NAME for the corpus (tvm-fusion-hw models)")
     bad = [p for p in pipelines if p not in PIPELINES]
     if bad:
         raise FusionHWError(f"unknown pipeline {bad[0]!r}; known: {', '.join(PIPELINES)}")

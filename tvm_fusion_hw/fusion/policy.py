@@ -28,7 +28,10 @@ template that plans is asked instead, so that the policy's reasons state the ker
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Dict, Optional, Sequence, Tuple
+
+import tvm
 
 from .analysis import CONTRACTIONS, ELEMENTWISE, PROJECTION, WINDOW_REDUCE, FuncInfo
 from .decisions import Decision
@@ -228,7 +231,7 @@ class FusionPolicy:
         anchor = producer.anchor()
         rule = "epilogue" if anchor is None or anchor.kind in CONTRACTIONS or anchor.kind == WINDOW_REDUCE \
             else "reduction-epilogue"
-        widest = max((i.output_bytes for i in consumer.infos), default=0)
+        widest = max((_widest_output_bytes(i) for i in consumer.infos), default=0)
         if anchor is not None and anchor.kind in CONTRACTIONS and anchor.output_bytes and \
                 widest > anchor.output_bytes and not anchor.symbolic:
             # A squeeze-and-excitation scale: x * sigmoid(fc(pool(x))) writes every FC output
@@ -271,3 +274,22 @@ class FusionPolicy:
     def gpu_target(self):
         """The profile's GPU target, as the schedule templates see it when they plan."""
         return self.pairs.gpu_target()
+
+
+def _widest_output_bytes(info: FuncInfo) -> int:
+    """Bytes of ``info``'s largest output tensor. ``output_bytes`` sums a tuple output, so
+    batch_norm (data, mean, var) would look wider than the conv it follows; its outputs are the
+    last PrimFunc parameters whose sizes add up to ``output_bytes``."""
+    if info.func is None:
+        return info.output_bytes
+    sizes = []
+    for param in info.func.params:
+        if hasattr(param.ty, "shape") and hasattr(param.ty, "dtype"):
+            dims = [int(d) if isinstance(d, tvm.tirx.IntImm) else 0 for d in param.ty.shape]
+            sizes.append(math.prod(dims) * tvm.DataType(param.ty.dtype).bits // 8)
+    total = 0
+    for count, size in enumerate(reversed(sizes), 1):
+        total += size
+        if total == info.output_bytes:
+            return max(sizes[-count:])
+    return info.output_bytes
