@@ -86,9 +86,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     from . import pipeline  # pylint: disable=import-outside-toplevel
     from .frontend import import_onnx  # pylint: disable=import-outside-toplevel
-    from .progress import Progress  # pylint: disable=import-outside-toplevel
     from .hardware.profile import load_profile  # pylint: disable=import-outside-toplevel
     from .hardware.target import target as make_target  # pylint: disable=import-outside-toplevel
+    from .progress import Progress  # pylint: disable=import-outside-toplevel
 
     # bad input ends here, before any progress line or output file
     outputs = {flag: _check_output(path, flag) for flag, path in

@@ -20,10 +20,10 @@ from .errors import FusionHWError
 from .fusion.dead_blocks import EliminateDeadBlocks
 from .fusion.fuse_pass import HardwareAwareFuseOps
 from .fusion.policy import PairRefusal
+from .guarded_schedule import GuardedSchedule, dlight_rules
 from .hardware.profile import HardwareProfile
 from .hardware.target import check_target_profile
 from .hardware.toolchain import configure_rocm
-from .guarded_schedule import GuardedSchedule, dlight_rules
 from .schedules import default_rules, template_planners
 from .schedules.gemm.rule import ASYNC_COPY_CONFIG, supports_async_copy
 

@@ -20,7 +20,6 @@ from tvm_fusion_hw.hardware.occupancy import AMD_SIMDS_PER_CU, Occupancy, cuda_c
 from tvm_fusion_hw.hardware.profile import HardwareProfile
 from tvm_fusion_hw.hardware.target import profile_of
 
-
 #: CUDA caps a block's *static* ``__shared__`` arrays at 48 KiB whatever the opt-in limit is; TVM's
 #: ``shared`` scope is allocated statically (``shared.dyn`` would need the opt-in attribute).
 CUDA_STATIC_SHARED_MEMORY_BYTES = 48 * 1024

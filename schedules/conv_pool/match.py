@@ -17,7 +17,20 @@ from tvm.ir import TensorLoad
 from tvm.runtime import DataType
 from tvm.s_tir.dlight.analysis import get_root_block
 
-from tvm_fusion_hw.schedules.base.tir_match import const_int, inline_all_but, is_reduction, reduction_pair, linear_coefficients, mac_operands, only_coefficients, padding_producer, tensor_loads, trivially_bound, var_position
+from tvm_fusion_hw.schedules.base.tir_match import (
+    const_int,
+    inline_all_but,
+    is_reduction,
+    linear_coefficients,
+    mac_operands,
+    only_coefficients,
+    padding_producer,
+    reduction_pair,
+    tensor_loads,
+    trivially_bound,
+    var_position,
+)
+
 from .tiles import ConvPoolConfig, ConvPoolProblem
 
 SBlockRV = s_tir.schedule.SBlockRV

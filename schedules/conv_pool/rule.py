@@ -41,11 +41,12 @@ from typing import Optional, Tuple
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
+from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
+
 from .match import match_conv_pool_group, pair_problem
-from .tiles import ConvPoolConfig, ConvPoolProblem, ConvPoolTile, rank_tiles
 from .shared_banks import BANKS
+from .tiles import ConvPoolConfig, ConvPoolProblem, ConvPoolTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV
 

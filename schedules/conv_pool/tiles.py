@@ -15,8 +15,9 @@ import itertools
 import math
 from typing import List, NamedTuple, Optional, Tuple
 
-from . import shared_banks
 from tvm_fusion_hw.schedules.base.limits import GPULimits, tile_occupancy
+
+from . import shared_banks
 from .shared_banks import input_reads, vector_alignment, weight_reads
 
 

@@ -33,7 +33,18 @@ from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.target import Target
 
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
-from tvm_fusion_hw.schedules.base.tir_match import const_int, inline_all_but, is_reduction, linear_coefficients, mac_operands, only_coefficients, padding_producer, trivially_bound, var_position
+from tvm_fusion_hw.schedules.base.tir_match import (
+    const_int,
+    inline_all_but,
+    is_reduction,
+    linear_coefficients,
+    mac_operands,
+    only_coefficients,
+    padding_producer,
+    trivially_bound,
+    var_position,
+)
+
 from .tiles import DepthwiseConfig, DepthwiseProblem, DepthwiseTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV

@@ -15,8 +15,22 @@ from typing import Optional, Tuple
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
 
-from tvm_fusion_hw.schedules.base.tir_match import const_int, inline_all_but, is_plain_spatial, is_reduction, linear_coefficients, mac_operands, only_coefficients, padding_producer, reduction_pair, tensor_loads, trivially_bound, var_position
+from tvm_fusion_hw.schedules.base.tir_match import (
+    const_int,
+    inline_all_but,
+    is_plain_spatial,
+    is_reduction,
+    linear_coefficients,
+    mac_operands,
+    only_coefficients,
+    padding_producer,
+    reduction_pair,
+    tensor_loads,
+    trivially_bound,
+    var_position,
+)
 from tvm_fusion_hw.schedules.depthwise.rule import match_depthwise, match_depthwise_group
+
 from .tiles import DwPwConfig, DwPwProblem
 
 SBlockRV = s_tir.schedule.SBlockRV

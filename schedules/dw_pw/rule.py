@@ -49,10 +49,11 @@ from typing import Optional, Tuple
 from tvm import s_tir, tirx
 from tvm.target import Target
 
+from tvm_fusion_hw.schedules.base.launch_bounds import with_min_blocks_per_multiprocessor
+from tvm_fusion_hw.schedules.base.limits import gpu_limits
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int
-from tvm_fusion_hw.schedules.base.limits import gpu_limits
-from tvm_fusion_hw.schedules.base.launch_bounds import with_min_blocks_per_multiprocessor
+
 from .match import match_dw_pw_group, pair_problem
 from .tiles import DwPwConfig, DwPwProblem, DwPwTile, rank_tiles
 

@@ -63,7 +63,8 @@ from tvm.target import Target
 from tvm_fusion_hw.schedules.base.limits import GPULimits, registers_per_thread_at_occupancy
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int, is_plain_spatial, tensor_loads, trivially_bound
-from tvm_fusion_hw.schedules.base.vector_lanes import (coalesced, distinct, dtype_bytes, flat_index, vector_axis)
+from tvm_fusion_hw.schedules.base.vector_lanes import coalesced, distinct, dtype_bytes, flat_index, vector_axis
+
 from .tiles import ElementwiseConfig, ElementwisePlan, ElementwiseProblem, choose_plan, estimate_registers
 
 SBlockRV = s_tir.schedule.SBlockRV

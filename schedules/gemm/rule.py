@@ -43,12 +43,17 @@ from typing import Optional, Tuple
 import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
-from tvm.s_tir.dlight.gpu.matmul import (auto_inline_consumer_chain, auto_inline_producers,
-                                         get_index_map, get_reduction_blocks)
+from tvm.s_tir.dlight.gpu.matmul import (
+    auto_inline_consumer_chain,
+    auto_inline_producers,
+    get_index_map,
+    get_reduction_blocks,
+)
 from tvm.target import Target
 
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int
+
 from .tiles import K_MAJOR_PAD, GemmConfig, GemmProblem, GemmTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV

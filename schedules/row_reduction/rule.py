@@ -52,8 +52,9 @@ from tvm.target import Target
 
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int, tensor_loads
-from .tiles import RowConfig, RowProblem, RowTile, rank_tiles
 from tvm_fusion_hw.schedules.base.vector_lanes import dtype_bytes, uses
+
+from .tiles import RowConfig, RowProblem, RowTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV
 _COMBINERS = (tirx.Add, tirx.Mul, tirx.Max, tirx.Min)  # reducers TVM's allreduce recognises

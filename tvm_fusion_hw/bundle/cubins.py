@@ -17,8 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .runtime import runner_source
 from tvm_fusion_hw.hardware.toolchain import nvcc_path
+
+from .runtime import runner_source
 
 
 def _load_runner():

@@ -21,8 +21,22 @@ kernels.md, results.png). It imports the other two by path from its own folder: 
 folder, not a package, and under ``python -I`` its folder is not on sys.path.
 """
 
-import argparse, atexit, ctypes, glob, hashlib, importlib.util, json, lzma, os, platform  # noqa: E401
-import shutil, subprocess, sys, tempfile, time, zipfile  # noqa: E401
+import argparse  # noqa: E401
+import atexit
+import ctypes
+import glob
+import hashlib
+import importlib.util
+import json
+import lzma
+import os
+import platform
+import shutil  # noqa: E401
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
 from pathlib import Path
 
 import numpy as np

@@ -3,7 +3,10 @@ results.md, kernels.md and results.png from results.json's rows. Needs numpy; ma
 plot when importable.
 """
 
-import platform, subprocess, sys, time  # noqa: E401
+import platform  # noqa: E401
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np

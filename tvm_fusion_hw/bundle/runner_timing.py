@@ -5,7 +5,14 @@ Needs numpy; onnx (exact weights) and torch/torchvision (PyTorch columns) when i
 the bundle's runtime-only copy, handed in by run.py.
 """
 
-import hashlib, lzma, math, shutil, statistics, struct, sys, time  # noqa: E401
+import hashlib  # noqa: E401
+import lzma
+import math
+import shutil
+import statistics
+import struct
+import sys
+import time
 
 import numpy as np
 
@@ -24,6 +31,7 @@ def rebuild_weights(bundle, entry):
         if str(bundle / "builders") not in sys.path:
             sys.path.insert(0, str(bundle / "builders"))
         from onnx import numpy_helper  # pylint: disable=import-outside-toplevel
+
         from tvm_fusion_hw.models import build  # pylint: disable=import-outside-toplevel
         inits = {t.name: numpy_helper.to_array(t) for t in build(entry["model"], batch=entry["batch"],
                                                                  seed=entry["seed"]).graph.initializer}

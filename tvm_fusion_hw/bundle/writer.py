@@ -46,19 +46,20 @@ from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 import numpy as np
-from onnx import numpy_helper
 import tvm
+from onnx import numpy_helper
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 
-from .cubins import precompile_cuda
-from .variants import VariantSpec, parse_variants, pipeline_knobs
-from .runtime import REPO, copy_builders, copy_runner, copy_tvm_runtime, fetch_tvm_ffi_wheels
 from tvm_fusion_hw.errors import FusionHWError
-from tvm_fusion_hw.models import CORPUS_PREFIX, build, corpus, list_models
-from tvm_fusion_hw.pipeline import fusion_pass, get_pipeline, pass_context, stock_pipeline
 from tvm_fusion_hw.hardware.profile import load_profile
 from tvm_fusion_hw.hardware.target import target as hw_target
+from tvm_fusion_hw.models import CORPUS_PREFIX, build, corpus, list_models
+from tvm_fusion_hw.pipeline import fusion_pass, get_pipeline, pass_context, stock_pipeline
+
+from .cubins import precompile_cuda
+from .runtime import REPO, copy_builders, copy_runner, copy_tvm_runtime, fetch_tvm_ffi_wheels
+from .variants import VariantSpec, parse_variants, pipeline_knobs
 
 DEFAULT_MODELS = ("mobilenet_v2", "resnet50", "squeezenet1_1", "bert_encoder_layer", "relu_add_mul",
                   "eltwise5", "conv_relu_pool", "dw_pw", "layernorm_residual")

@@ -33,11 +33,12 @@ import re
 import warnings
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
-from .amdgpu_metadata import parse_amdgpu_metadata
 from tvm_fusion_hw.errors import FusionHWError
-from .kernel_launches import CUDA_KINDS, ROCM_KINDS, Launch, device_modules, launches
 from tvm_fusion_hw.hardware.occupancy import Occupancy, occupancy
 from tvm_fusion_hw.hardware.profile import HardwareProfile
+
+from .amdgpu_metadata import parse_amdgpu_metadata
+from .kernel_launches import CUDA_KINDS, ROCM_KINDS, Launch, device_modules, launches
 from .ptxas import cuda_compiler, nvrtc_report, parse_ptxas, ptxas_report
 
 SOURCES = ("ptxas", "amdgpu-metadata", "estimate")

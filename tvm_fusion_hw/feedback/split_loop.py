@@ -31,16 +31,16 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import tvm
 from tvm import relax
 
-from . import kernel_resources
-from tvm_fusion_hw.fusion.decisions import FusionReport, SplitRecord
 from tvm_fusion_hw.errors import FusionHWError
+from tvm_fusion_hw.fusion.decisions import FusionReport, SplitRecord
 from tvm_fusion_hw.fusion.fuse_pass import HardwareAwareFuseOps
-from tvm_fusion_hw.pipeline import fusion_pass
 from tvm_fusion_hw.fusion.graph import CALL_TIR, COMM_REDUCE, OUT_EWISE_FUSABLE
-from .kernel_resources import KernelResources, occupancy_of
-from tvm_fusion_hw.pipeline import extended_pass_context, get_pipeline
 from tvm_fusion_hw.fusion.policy import GroupSplit
 from tvm_fusion_hw.hardware.profile import HardwareProfile
+from tvm_fusion_hw.pipeline import extended_pass_context, fusion_pass, get_pipeline
+
+from . import kernel_resources
+from .kernel_resources import KernelResources, occupancy_of
 
 _KERNEL_SUFFIX = re.compile(r"_kernel(_?\d+)?$")
 Figures = Dict[str, object]

@@ -21,8 +21,9 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir.analysis import estimate_tir_flops
 
-from .graph import COMM_REDUCE, OUT_EWISE_FUSABLE, PATTERN_NAMES, DataflowGraph, Node
 from tvm_fusion_hw.hardware.profile import HardwareProfile
+
+from .graph import COMM_REDUCE, OUT_EWISE_FUSABLE, PATTERN_NAMES, DataflowGraph, Node
 
 # Kinds of computation (the anchor block of a PrimFunc).
 ELEMENTWISE = "elementwise"  # no reduction: element-wise, broadcast or injective

@@ -16,15 +16,16 @@ from typing import Dict, List, Optional, Tuple, Union
 import tvm
 from tvm import relax
 
-from .analysis import GraphCosts, node_inputs
-from .decisions import FusionReport, GroupSummary
 from tvm_fusion_hw.errors import FusionHWError
-from .graph import DataflowGraph, build_graphs
-from .partition import Partition
-from .policy import FusionPolicy, PolicyConfig
 from tvm_fusion_hw.hardware.profile import HardwareProfile
 from tvm_fusion_hw.hardware.target import resolve_profile
 from tvm_fusion_hw.plans import NO_TEMPLATES, TemplatePlanners
+
+from .analysis import GraphCosts, node_inputs
+from .decisions import FusionReport, GroupSummary
+from .graph import DataflowGraph, build_graphs
+from .partition import Partition
+from .policy import FusionPolicy, PolicyConfig
 
 _LAST_REPORT: Optional[FusionReport] = None  # only for the deprecated last_report()
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from .analysis import CONTRACTIONS, DEPTHWISE_CONV, POINTWISE_CONV, WINDOW_REDUCE, FuncInfo
-from .decisions import Decision
-from .group_view import GroupView
 from tvm_fusion_hw.hardware.occupancy import Occupancy, occupancy
 from tvm_fusion_hw.hardware.target import target as make_target
 from tvm_fusion_hw.plans import TemplatePlanners, ask_pair_template
+
+from .analysis import CONTRACTIONS, DEPTHWISE_CONV, POINTWISE_CONV, WINDOW_REDUCE, FuncInfo
+from .decisions import Decision
+from .group_view import GroupView
 
 
 class ComplexPairRule:

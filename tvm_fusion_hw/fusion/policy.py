@@ -33,14 +33,15 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import tvm
 
+from tvm_fusion_hw.errors import FusionHWError
+from tvm_fusion_hw.hardware.occupancy import register_budget
+from tvm_fusion_hw.hardware.profile import HardwareProfile
+from tvm_fusion_hw.plans import NO_TEMPLATES, TemplatePlanners
+
 from .analysis import CONTRACTIONS, ELEMENTWISE, PROJECTION, WINDOW_REDUCE, FuncInfo
 from .decisions import Decision
 from .group_view import GroupView
-from tvm_fusion_hw.errors import FusionHWError
-from tvm_fusion_hw.hardware.occupancy import register_budget
 from .pair_rule import ComplexPairRule
-from tvm_fusion_hw.plans import NO_TEMPLATES, TemplatePlanners
-from tvm_fusion_hw.hardware.profile import HardwareProfile
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,6 +54,7 @@ import re
 from typing import Dict, Mapping, Tuple
 
 from tvm_fusion_hw.errors import FusionHWError
+
 from .profile import HardwareProfile
 
 # ---- NVIDIA: constants of cuda_occupancy.h (CUDA 13.0), by compute capability major --------------

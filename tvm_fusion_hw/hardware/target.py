@@ -12,6 +12,7 @@ from typing import Union
 import tvm
 
 from tvm_fusion_hw.errors import FusionHWError
+
 from .profile import VENDOR_NAMES, HardwareProfile, known_profiles, load_profile, registered_profile
 
 #: tvm/src/target/llvm/codegen_amdgpu.cc: the work-group size limit assumed with no GPU to query
