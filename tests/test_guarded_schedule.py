@@ -145,3 +145,18 @@ def test_one_line_picks_the_message():
 def test_unknown_verify_mode_is_a_clear_error():
     with pytest.raises(hw.FusionHWError, match="verify must be one of"):
         GuardedSchedule([], verify="sometimes")
+
+
+def test_rocm_kernels_are_checked_with_the_toolchain_configured():
+    """The schedule pass alone (outside get_pipeline) sets up ROCm's toolchain before it builds a
+    template's kernel: without it every template would fall back for a reason not its own."""
+    from tvm_fusion_hw.pipeline import fused_module, schedule_pass
+
+    target = hw.target("amd-mi300x")
+    mod = relax.transform.LiftTransformParams()(import_onnx(build("relu_add_mul", batch=1), keep_params_in_input=True))
+    fused = fused_module(mod, target, hw.fusion_pass(target))
+    sched = schedule_pass()
+    with target:
+        sched(fused)
+    assert not sched.log.fallbacks, sched.log.fallbacks
+    assert set(sched.log.rules.values()) == {"VectorizedElementwise"}

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+import tvm_fusion_hw as hw
 import tvm_fusion_hw.hardware.profile as profile_module
 from tvm_fusion_hw.errors import FusionHWError
 from tvm_fusion_hw.hardware.profile import (NUMERIC_FIELDS, HardwareProfile, known_profiles, load_profile, load_profile_file, profile_from_dict)
@@ -199,6 +200,7 @@ def test_bad_numbers(tmp_path, field, value, words):
 def test_zero_reserved_shared_memory_is_allowed(tmp_path):
     """AMD reserves no LDS per work-group: 0 is valid there, and only there."""
     data = _h200_dict()
+    data["name"] = "h200-no-reserve"
     data["shared_memory_reserved_bytes_per_block"] = 0
     assert load_profile_file(_write(tmp_path, data)).shared_memory_reserved_bytes_per_block == 0
     data["shared_memory_reserved_bytes_per_block"] = -1024
@@ -308,8 +310,20 @@ def test_target_tvm_rejects_is_one_line(tmp_path):
     from tvm_fusion_hw.hardware.target import target
 
     data = _h200_dict()
+    data["name"] = "bad-gpu"  # a user file is remembered by its name: never shadow a shipped one
     data["target"] = {"kind": "cuda", "arch": "sm_90", "cores": 3}
     with pytest.raises(FusionHWError) as info:
         target(load_profile_file(_write(tmp_path, data)))
     assert "TVM rejects its target" in str(info.value) and "'cores'" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_file_may_not_shadow_a_shipped_profile(tmp_path):
+    """A user's copy with the shipped name and other figures would change what every later
+    hw.target("nvidia-h200") means (targets name their profile): refused. An identical copy loads."""
+    assert load_profile_file(_write(tmp_path, _h200_dict(), "same.json")) == load_profile("nvidia-h200")
+    data = _h200_dict()
+    data["l2_cache_bytes"] = data["l2_cache_bytes"] // 2
+    with pytest.raises(FusionHWError, match="named 'nvidia-h200' like a shipped profile"):
+        load_profile_file(_write(tmp_path, data, "other.json"))
+    assert hw.profile_of(hw.target("nvidia-h200")) == load_profile("nvidia-h200")

@@ -37,7 +37,7 @@ from tvm.s_tir import dlight as dl
 from tvm.target import Target
 
 from .errors import FusionHWError
-from .hardware.toolchain import nvcc_path
+from .hardware.toolchain import configure_rocm, nvcc_path
 
 #: How much of a template's kernel is built before it is accepted.
 VERIFY_MODES = ("build", "device", "none")
@@ -208,10 +208,16 @@ class GuardedSchedule:
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         self.log = ScheduleLog()
         updated = {}
+        configured = False
         for gvar, func in mod.functions_items():
             if not isinstance(func, tirx.PrimFunc) or _is_scheduled(func):
                 continue
             target = func.attrs.get("target") if "target" in func.attrs else Target.current(allow_none=False)
+            if target.kind.name == "rocm" and not configured and self.verify != "none":
+                # The kernels are built alone: without the toolchain that build fails for every
+                # template alike, which says nothing about them (a missing one: a clear error).
+                configure_rocm()
+                configured = True
             scheduled = schedule_kernel(gvar.name_hint, func, target, self.templates, self.fallback_rules,
                                         self.verify, self.log)
             if scheduled is not None:

@@ -218,6 +218,11 @@ def load_profile_file(path: Union[str, Path]) -> HardwareProfile:
         raise FusionHWError(f"{path}: not valid JSON ({err})") from None
     profile = profile_from_dict(data, path)
     if path.resolve().parent not in {c.resolve() for c in TARGETS_DIR_CANDIDATES}:
+        if profile.name in known_profiles() and profile != load_profile(profile.name):
+            # Targets name their profile: another "nvidia-h200" would change what every later
+            # hw.target("nvidia-h200") in this process means.
+            raise FusionHWError(f"{path}: named '{profile.name}' like a shipped profile, with other "
+                                f"figures; give it a name of its own")
         _USER_PROFILES[profile.name] = profile
     return profile
 
