@@ -18,6 +18,8 @@ from tvm_fusion_hw.models import build
 from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.schedules import ConvPool, ImplicitGemm, VectorizedElementwise
 
+from tir_checks import cuda_source
+
 H200 = "nvidia-h200"
 
 
@@ -43,16 +45,6 @@ class BrokenConvPool(ConvPool):
         if super().apply(func, target, tunable) is not None:
             raise RuntimeError("conv+pool schedule failed")
         return None
-
-
-def cuda_source(ex) -> str:
-    stack, found = [ex.mod], []
-    while stack:
-        mod = stack.pop()
-        if mod.kind == "cuda":
-            found.append(str(mod.inspect_source("")))
-        stack.extend(mod.imports)
-    return "".join(found)
 
 
 def compile_with(model_or_mod, rules, batch=1, **kwargs):

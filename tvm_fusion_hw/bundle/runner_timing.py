@@ -24,17 +24,20 @@ def log(msg):
     print(f"[run {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def build_model(bundle, entry):
+    """The entry's ONNX model from the bundled builders (zoo or corpus), with its seeded weights."""
+    if str(bundle / "builders") not in sys.path:
+        sys.path.insert(0, str(bundle / "builders"))
+    from tvm_fusion_hw.models import build  # pylint: disable=import-outside-toplevel
+    return build(entry["model"], batch=entry["batch"], seed=entry["seed"])
+
+
 def rebuild_weights(bundle, entry):
     """Parameter arrays in main_transform_params order: the bundled ONNX builders, else seeded random."""
     specs, note = entry["params"], "weights from the ONNX builders"
     try:
-        if str(bundle / "builders") not in sys.path:
-            sys.path.insert(0, str(bundle / "builders"))
         from onnx import numpy_helper  # pylint: disable=import-outside-toplevel
-
-        from tvm_fusion_hw.models import build  # pylint: disable=import-outside-toplevel
-        inits = {t.name: numpy_helper.to_array(t) for t in build(entry["model"], batch=entry["batch"],
-                                                                 seed=entry["seed"]).graph.initializer}
+        inits = {t.name: numpy_helper.to_array(t) for t in build_model(bundle, entry).graph.initializer}
     except Exception as err:  # pylint: disable=broad-except
         inits, note = {}, f"weights seeded random ({type(err).__name__}: {err})"
     rng, out, bad, drawn = np.random.default_rng(entry["seed"]), [], [], []
@@ -160,10 +163,7 @@ def onnxruntime_outputs(bundle, entry, inputs):
     """The model's outputs from onnxruntime on the CPU, with the same weights and inputs: a
     reference no one here wrote (and the only one where stock TVM cannot build the model)."""
     import onnxruntime  # pylint: disable=import-outside-toplevel
-    if str(bundle / "builders") not in sys.path:
-        sys.path.insert(0, str(bundle / "builders"))
-    from tvm_fusion_hw.models import build  # pylint: disable=import-outside-toplevel
-    model = build(entry["model"], batch=entry["batch"], seed=entry["seed"])
+    model = build_model(bundle, entry)
     inits = {t.name for t in model.graph.initializer}
     names = [v.name for v in model.graph.input if v.name not in inits]
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
