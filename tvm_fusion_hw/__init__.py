@@ -12,7 +12,8 @@ Typical use::
     print(pipeline.fuse_pass.report)
 
 or put ``hw.fusion_pass(target)`` where ``relax.transform.FuseOps()`` stood and
-``hw.schedule_pass()`` where ``dlight.ApplyDefaultSchedule`` stood.
+``hw.schedule_pass()`` where ``dlight.ApplyDefaultSchedule`` stood (and ``hw.SafePower()``
+before ``LegalizeOps``: CUDA's fast math makes ``power`` of a negative base NaN).
 
 Layers (each imports only those below it): ``hardware`` (profiles, targets, occupancy,
 toolchains); ``fusion`` (the pass and its rules) and ``schedules`` (the TIR templates), which meet
@@ -28,6 +29,7 @@ from .hardware.profile import HardwareProfile, known_profiles, load_profile, loa
 from .hardware.target import profile_of, target
 from .pipeline import fusion_pass, get_pipeline, pass_context, schedule_pass, stock_pipeline
 from .plans import KernelPlan, TemplatePlanners
+from .safe_power import SafePower
 
 __version__ = "0.1.0"
 
@@ -40,6 +42,7 @@ __all__ = [
     "HardwareProfile",
     "KernelPlan",
     "PolicyConfig",
+    "SafePower",
     "TemplatePlanners",
     "fusion_pass",
     "get_pipeline",

@@ -1,9 +1,11 @@
-"""Compilation pipelines: TVM's own default pipeline with FuseOps swapped for ours, nothing else.
+"""Compilation pipelines: TVM's own default pipeline with FuseOps swapped for ours.
 
 :func:`get_pipeline` takes the pass lists of TVM's backend for the target's kind
 (``relax/backend/{cuda,rocm,cpu_generic}/pipeline.py``) and replaces the one ``FuseOps`` pass in
-them with :class:`HardwareAwareFuseOps`, so a comparison with :func:`stock_pipeline` differs in the
-fusion decisions alone.
+them with :class:`HardwareAwareFuseOps` (and dlight's schedule with the guarded templates), so a
+comparison with :func:`stock_pipeline` differs in the fusion and schedule decisions, plus two
+passes that keep the fused build right: :class:`SafePower` before legalization (``power`` that
+CUDA's fast math would make NaN) and :class:`EliminateDeadBlocks` after FuseTIR.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .guarded_schedule import GuardedSchedule, dlight_rules
 from .hardware.profile import HardwareProfile
 from .hardware.target import check_target_profile
 from .hardware.toolchain import configure_rocm
+from .safe_power import SafePower
 from .schedules import default_rules, template_planners
 from .schedules.gemm.rule import ASYNC_COPY_CONFIG, supports_async_copy
 
@@ -73,6 +76,7 @@ def legalize_passes(target: tvm.target.Target, fuse_pass: tvm.transform.Pass,
     ``schedules``: True (the plugin's templates), False (dlight's default schedule, as stock), a
     sequence of rules tried before dlight's, or a schedule pass to use as it is."""
     legalize = _swap_fuse_ops(_backend(target).legalize_passes(target), fuse_pass)
+    legalize.insert([p.info.name for p in legalize].index("LegalizeOps"), SafePower())
     # Fused epilogues can carry dead outputs (batch_norm's running statistics): drop them before
     # scheduling, or dlight leaves them as host loops over device memory.
     fuse_tir = [p.info.name for p in legalize].index("FuseTIR")
@@ -111,7 +115,8 @@ def get_pipeline(
         Try the plugin's schedule templates (``tvm_fusion_hw.schedules``) before dlight's rules on
         GPU targets; a sequence tries those rules instead (e.g. ``[DepthwiseConv()]`` alone).
         False keeps dlight's default schedule: then fusion (and removing the dead blocks it can
-        leave, see :mod:`.dead_blocks`) is the only difference from :func:`stock_pipeline`.
+        leave, see :mod:`.dead_blocks`, and :class:`SafePower`) is the only difference from
+        :func:`stock_pipeline`.
     verify : str
         How a template's kernel is checked before it is accepted (see
         :class:`~tvm_fusion_hw.guarded_schedule.GuardedSchedule`): ``"build"`` (default), ``"device"``
@@ -237,6 +242,7 @@ def fused_module(
     then ``fuse_pass`` (stock FuseOps when omitted), then FuseTIR.
     """
     passes = [
+        *([SafePower()] if fuse_pass is not None else []),  # as get_pipeline does
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
