@@ -63,9 +63,17 @@ def list_models() -> list[str]:
 
 #: A corpus model is named ``corpus:NAME`` wherever a zoo name is taken (``build``, the bundle).
 CORPUS_PREFIX = "corpus:"
+#: A fuzz graph of the GPU seed set (``models/fuzz.py``: ``seed_programs``) is ``fuzz:NAME``.
+FUZZ_PREFIX = "fuzz:"
 
 
-def _check_name(name: str) -> None:
+def check_name(name: str) -> None:
+    """Raise :class:`FusionHWError` (one line, the known names) unless ``name`` is a model."""
+    if name.startswith(FUZZ_PREFIX):
+        from .fuzz import program_named  # pylint: disable=import-outside-toplevel
+
+        program_named(name[len(FUZZ_PREFIX):])
+        return
     if name.startswith(CORPUS_PREFIX):
         from . import corpus  # pylint: disable=import-outside-toplevel
 
@@ -82,16 +90,23 @@ def build(name: str, batch: int = 1, seed: int = 0, **kwargs) -> onnx.ModelProto
 
     Extra keyword arguments go to the builder (e.g. ``size=`` for micro-graphs). ``corpus:NAME``
     loads a corpus graph with seeded weights, its shape arithmetic folded (what TVM's importer
-    needs; outputs unchanged, see ``models/corpus/README.md``).
+    needs; outputs unchanged, see ``models/corpus/README.md``); ``fuzz:NAME`` a graph of the fuzz
+    seed set (``fuzz:fuzz_seed0007``, batch 1 only: its shapes are its own).
 
     Raises
     ------
     FusionHWError
         For an unknown name (the message lists the known ones) or a batch below 1.
     """
-    _check_name(name)
+    check_name(name)
     if not isinstance(batch, int) or batch < 1:
         raise FusionHWError(f"batch must be a positive integer, got {batch!r}")
+    if name.startswith(FUZZ_PREFIX):
+        from .fuzz import build_model, program_named  # pylint: disable=import-outside-toplevel
+
+        if batch != 1:
+            raise FusionHWError(f"{name}: a fuzz graph has its own shapes; build it at batch 1")
+        return build_model(program_named(name[len(FUZZ_PREFIX):]), name[len(FUZZ_PREFIX):])
     if name.startswith(CORPUS_PREFIX):
         from . import corpus  # pylint: disable=import-outside-toplevel
 
@@ -101,7 +116,7 @@ def build(name: str, batch: int = 1, seed: int = 0, **kwargs) -> onnx.ModelProto
 
 def input_shape(name: str, batch: int = 1) -> tuple[int, ...]:
     """Shape of the ``input`` tensor of model ``name`` at the builder's default sizes."""
-    _check_name(name)
+    check_name(name)
     return (batch, *_INPUT_SHAPES[name])
 
 

@@ -34,6 +34,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from tvm_fusion_hw.errors import FusionHWError
+
 from .common import IR_VERSION, OPSET, GraphBuilder
 from .fuzz_motifs import MOTIF_TABLE, MOTIFS
 from .fuzz_nodes import OP_TABLE, OPS
@@ -349,6 +351,19 @@ def seed_programs(n: int, max_steps: int = MAX_STEPS, large: bool = False) -> Li
     tag = "large" if large else "seed"
     out += [(f"fuzz_{tag}{i:04d}", generate(RandomChooser(i), max_steps, large)) for i in range(n)]
     return out
+
+
+def program_named(name: str) -> Program:
+    """The program :func:`seed_programs` calls ``name`` (a regression, ``fuzz_seed<i>`` or
+    ``fuzz_large<i>``), drawn again from its seed."""
+    if name in REGRESSIONS:
+        return REGRESSIONS[name]
+    for tag, large in (("fuzz_seed", False), ("fuzz_large", True)):
+        digits = name[len(tag):]
+        if name.startswith(tag) and digits.isdigit():
+            return generate(RandomChooser(int(digits)), MAX_STEPS, large)
+    raise FusionHWError(f"unknown fuzz graph {name!r}: a regression ({', '.join(REGRESSIONS)}), "
+                        f"fuzz_seed<N> or fuzz_large<N>")
 
 
 def seed_models(n: int, max_steps: int = MAX_STEPS, large: bool = False) -> List[Tuple[str, onnx.ModelProto]]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Sequence
 
 from tvm.s_tir.dlight.base import ScheduleRule
+
+from tvm_fusion_hw.errors import FusionHWError
 
 from .conv_pool.rule import ConvPool
 from .depthwise.rule import DepthwiseConv
@@ -20,3 +22,14 @@ def default_rules() -> List[ScheduleRule]:
     # the policy's pair_templates knob turns that pair on.
     return [DepthwisePointwise(), ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(),
             VectorizedElementwise()]
+
+
+def rules_named(names: Sequence[str]) -> List[ScheduleRule]:
+    """The default rules whose class names are ``names``, in the default order (e.g. every
+    template but ImplicitGemm, to find which one a wrong result comes from)."""
+    rules = default_rules()
+    known = [type(r).__name__ for r in rules]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise FusionHWError(f"unknown schedule rule(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return [r for r in rules if type(r).__name__ in names]

@@ -195,6 +195,10 @@ def test_parse_variant():
     assert pipeline_knobs(spec)["pair_templates"] == ("conv->window", "depthwise_conv->pointwise_conv")
     assert parse_variant("a:m:pair_templates=none").knobs == {"pair_templates": None}
     assert parse_variant("a:m:pair_templates=").knobs == {"pair_templates": []}
+    assert parse_variant("a:corpus:resnet18:max_depth=2").model == "corpus:resnet18"
+    names = parse_variant("a:m:schedules=RowReduction+ConvPool")
+    assert names.knobs == {"schedules": ["RowReduction", "ConvPool"]}
+    assert [type(r).__name__ for r in pipeline_knobs(names)["schedules"]] == ["ConvPool", "RowReduction"]
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -208,6 +212,7 @@ def test_parse_variant():
     ("a:eltwise5:max_depth=deep", "max_depth='deep', expected int"),
     ("a:eltwise5:fuse_complex_pairs=maybe", "expected bool"),
     ("a:eltwise5:max_depth=0", "max_depth must be at least 1"),
+    ("a:eltwise5:schedules=Gemm", "unknown schedule rule(s) Gemm; known: DepthwisePointwise"),
 ])
 def test_bad_variant_is_one_line_error(spec, message):
     with pytest.raises(FusionHWError, match=re.escape(message)) as err:

@@ -43,7 +43,8 @@ from tvm import relax
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.guarded_schedule import TemplateFallbackWarning
-from tvm_fusion_hw.models import fuzz
+from tvm_fusion_hw.errors import FusionHWError
+from tvm_fusion_hw.models import build, fuzz
 from tvm_fusion_hw.schedules import PAIR_TEMPLATES, default_rules
 
 LLVM = tvm.target.Target({"kind": "llvm"})
@@ -256,6 +257,17 @@ def test_write_seed_models(tmp_path):
     for path in paths:
         onnx.checker.check_model(onnx.load(str(path)), full_check=True)
         assert path.with_suffix(".json").is_file()
+
+
+def test_seed_set_by_name():
+    """``fuzz:NAME`` (what the GPU bundle builds) is the seed set's graph of that name."""
+    for name, program in fuzz.seed_programs(3) + fuzz.seed_programs(2, large=True)[-1:]:
+        assert build(f"fuzz:{name}").SerializeToString() == fuzz.build_model(program, name).SerializeToString()
+    for bad, message in (("fuzz:fuzz_seedX", "unknown fuzz graph 'fuzz_seedX'"), ("fuzz:nope", "unknown fuzz")):
+        with pytest.raises(FusionHWError, match=message):
+            build(bad)
+    with pytest.raises(FusionHWError, match="build it at batch 1"):
+        build("fuzz:fuzz_seed0001", batch=2)
 
 
 # ---------------------------------------------------------------------------------- properties

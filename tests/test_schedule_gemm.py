@@ -266,9 +266,15 @@ def _without_async_stages(func):
 def test_sm90_async_builds_use_cp_async_without_spills(model, batch):
     target = hw.target(H200)
     mod = import_onnx(build(model, batch=batch), keep_params_in_input=True)
+    pipeline = get_pipeline(target)
     with hw.pass_context(target):
-        source = cuda_source(tvm.compile(mod, target=target, relax_pipeline=get_pipeline(target)))
+        source = cuda_source(tvm.compile(mod, target=target, relax_pipeline=pipeline))
     assert "cp.async.cg.shared.global" in source or "cp.async.ca.shared.global" in source
+    # no GEMM fell back (16-byte copies of vector tiles used to fail InjectPTXAsyncCopy), and the
+    # matrix operands' tiles (BERT's) move 8 bytes a copy
+    assert not [f for f in pipeline.schedule_pass.log.fallbacks if f.rule == "ImplicitGemm"]
+    if model == "bert_encoder_layer":
+        assert re.search(r"cp_async\w*_8_4_4\(", source)
     if not toolchain.have_nvcc():
         pytest.skip("nvcc not found: cp.async checked in the source only")
     for name, kernel in ptxas_kernels(source).items():

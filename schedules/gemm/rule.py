@@ -63,7 +63,11 @@ SBlockRV = s_tir.schedule.SBlockRV
 #: needs sm_80 or newer.
 ASYNC_COPY_CONFIG = "tirx.use_async_copy"
 _ASYNC_COPY_MIN_SM = 80
-_ASYNC_VECTOR = 4  # floats in one 16-byte cp.async
+#: Floats in one vector cp.async: 8 bytes. A 16-byte copy would make every access to the tile
+#: float4-wide (the compute reads it in runs of 4), and TVM 0.27's StorageRewrite then retypes the
+#: buffer to float4, whose scalar indices InjectPTXAsyncCopy rejects ("load->indices[0] lanes ==
+#: store->indices[0] lanes"): every such kernel fell back to dlight.
+_ASYNC_VECTOR = 2
 
 
 class ImplicitGemm(TiledScheduleRule):
@@ -143,7 +147,9 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
     out_ndim = len(stmt.writes[0].source.shape)
     rows_contiguous = _last_axis_goes_to_rows(maps[3], out_ndim)
     spatial_inner = tuple(_last_index_is_spatial(stmt, i) for i in (0, 1))
-    vector_inner = tuple(_last_index_is_spatial(stmt, i, bare=True) for i in (0, 1))
+    # a vector copy also needs every row of the operand to start on a vector boundary
+    vector_inner = tuple(_last_index_is_spatial(stmt, i, bare=True) and _rows_align(stmt, i, _ASYNC_VECTOR)
+                         for i in (0, 1))
 
     # dlight's normalisation: C[S, I, J] += A[S, I, K] * B[S, J, K]
     reindex_a = sch.reindex(gemm, ("read", 0))
@@ -173,6 +179,12 @@ def _last_axis_goes_to_rows(c_map: tirx.IndexMap, ndim: int) -> bool:
         return any(v.same_as(variables[-1]) for v in tirx.analysis.undefined_vars(expr, []))
 
     return uses_last(s_i_j[1]) and not uses_last(s_i_j[2])
+
+
+def _rows_align(stmt: s_tir.SBlock, read: int, lanes: int) -> bool:
+    """Whether operand ``read``'s innermost extent is a known multiple of ``lanes``."""
+    extent = const_int(stmt.reads[read].source.shape[-1])
+    return extent is not None and extent % lanes == 0
 
 
 def _last_index_is_spatial(stmt: s_tir.SBlock, read: int, bare: bool = False) -> bool:
@@ -280,7 +292,7 @@ def _cooperative_fetch(  # pylint: disable=too-many-arguments
         fused = sch.fuse(depth, spatial)
     else:
         fused = sch.fuse(spatial, depth)
-    # 16-byte cp.async where both sides run along the same axis (a K-major tile of a matrix operand,
+    # vector cp.async where both sides run along the same axis (a K-major tile of a matrix operand,
     # indexed by I or J itself) and every thread copies whole vectors; else 4 bytes an element.
     extent = const_int(sch.get(fused).extent)
     whole = extent is not None and extent % (threads_y * threads_x * _ASYNC_VECTOR) == 0

@@ -129,8 +129,8 @@ class GemmProblem:
     dtype_bytes: int
     rows_contiguous: bool  # consecutive I are consecutive output addresses (NCHW conv)
     fetch_spatial_inner: Tuple[bool, bool]  # A, B: contiguous in memory along I/J rather than K
-    #: A, B: indexed by the I/J iterator itself there (a matrix, not a conv's im2col window), so
-    #: consecutive I/J are consecutive addresses and a copy may move 16 bytes at once
+    #: A, B: indexed by the I/J iterator itself there (a matrix, not a conv's im2col window), with
+    #: rows a whole number of vectors long, so a copy may move a vector at once
     fetch_vector_inner: Tuple[bool, bool] = (False, False)
 
     @property

@@ -3,9 +3,10 @@
 Written ``NAME:MODEL:KEY=VALUE,KEY=VALUE`` (``tvm-fusion-hw bundle --variant``), e.g.
 ``eltwise5_split:eltwise5:max_depth=1`` or
 ``dw_pw_pair:dw_pw:pair_templates=conv->window+depthwise_conv->pointwise_conv``.
-Keys are fields of :class:`tvm_fusion_hw.PolicyConfig`, plus ``schedules`` (of ``get_pipeline``).
-A value takes the type of the knob's default: ``true``/``false``, a number, or ``+``-separated
-names for a tuple (``none``: the package default).
+Keys are fields of :class:`tvm_fusion_hw.PolicyConfig`, plus ``schedules`` (of ``get_pipeline``:
+``true``, ``false`` or ``+``-separated template names, e.g. ``schedules=RowReduction+ConvPool``
+to leave every other template's kernels to dlight). A value takes the type of the knob's default:
+``true``/``false``, a number, or ``+``-separated names for a tuple (``none``: the package default).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Dict, List, Sequence
 
 from tvm_fusion_hw.errors import FusionHWError
 from tvm_fusion_hw.fusion.policy import PolicyConfig
+from tvm_fusion_hw.schedules.rules import rules_named
 
 #: get_pipeline keywords besides PolicyConfig's fields, with their defaults
 _PIPELINE_KEYS = {"schedules": True}
@@ -50,6 +52,13 @@ def _defaults() -> Dict[str, object]:
 def _value(spec: str, key: str, text: str, default: object) -> object:
     """``text`` as the type of ``default``."""
     low = text.strip().lower()
+    if key == "schedules" and low not in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+        names = [name for name in text.split("+") if name]
+        try:
+            rules_named(names)
+        except FusionHWError as err:
+            raise FusionHWError(f"--variant {spec!r}: {err}") from None
+        return names
     try:
         if isinstance(default, bool):
             if low in ("true", "1", "yes", "on"):
@@ -71,7 +80,9 @@ def _value(spec: str, key: str, text: str, default: object) -> object:
 
 def parse_variant(spec: str) -> VariantSpec:
     """``NAME:MODEL:KEY=VALUE,...`` -> :class:`VariantSpec` (knobs checked by PolicyConfig)."""
-    parts = spec.split(":", 2)
+    name, _, rest = spec.partition(":")
+    model, _, body = rest.rpartition(":")  # a model name may hold one ("corpus:resnet18")
+    parts = [name, model, body] if model else []
     if len(parts) != 3 or not parts[2].strip():
         raise FusionHWError(f"--variant {spec!r}: expected NAME:MODEL:KEY=VALUE[,KEY=VALUE...]")
     name, model, body = (p.strip() for p in parts)
@@ -109,5 +120,8 @@ def parse_variants(specs: Sequence[object], models: Sequence[str]) -> List[Varia
 
 
 def pipeline_knobs(spec: VariantSpec) -> Dict[str, object]:
-    """Keywords for ``get_pipeline``: tuple knobs as tuples."""
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in spec.knobs.items()}
+    """Keywords for ``get_pipeline``: tuple knobs as tuples, template names as the rules."""
+    knobs = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.knobs.items()}
+    if isinstance(knobs.get("schedules"), tuple):
+        knobs["schedules"] = rules_named(knobs["schedules"])
+    return knobs

@@ -54,7 +54,7 @@ from tvm.relax.frontend.onnx import from_onnx
 from tvm_fusion_hw.errors import FusionHWError
 from tvm_fusion_hw.hardware.profile import load_profile
 from tvm_fusion_hw.hardware.target import target as hw_target
-from tvm_fusion_hw.models import CORPUS_PREFIX, build, corpus, list_models
+from tvm_fusion_hw.models import build, check_name
 from tvm_fusion_hw.pipeline import fusion_pass, get_pipeline, pass_context, stock_pipeline
 
 from .cubins import precompile_cuda
@@ -302,7 +302,7 @@ def write_bundle(out_dir, models: Sequence[str] = DEFAULT_MODELS,
     out_dir : str or Path
         Folder to write (created; files of an earlier bundle there are overwritten).
     models, batches : sequences
-        What to compile (names from :func:`tvm_fusion_hw.models.list_models`, or ``corpus:NAME``).
+        What to compile (names from :func:`tvm_fusion_hw.models.list_models`, ``corpus:NAME`` or ``fuzz:NAME``).
     profile : str
         Hardware profile: the CUDA target for ``target="cuda"``; for ``"llvm"`` only the
         fusion decisions (and the roofline figures) come from it.
@@ -329,12 +329,8 @@ def write_bundle(out_dir, models: Sequence[str] = DEFAULT_MODELS,
         What was written to ``manifest.json``. A model that fails to compile gets an entry with
         ``"error"`` and the others continue.
     """
-    corpus_names = set(corpus.names())
-    unknown = [m for m in models if m not in list_models()
-               and not (m.startswith(CORPUS_PREFIX) and m[len(CORPUS_PREFIX):] in corpus_names)]
-    if unknown:
-        raise FusionHWError(f"unknown model {unknown[0]!r}; known models: {', '.join(list_models())} "
-                            f"and {CORPUS_PREFIX}NAME for the corpus (tvm-fusion-hw models)")
+    for name in models:
+        check_name(name)
     bad = [p for p in pipelines if p not in PIPELINES]
     if bad:
         raise FusionHWError(f"unknown pipeline {bad[0]!r}; known: {', '.join(PIPELINES)}")
