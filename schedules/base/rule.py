@@ -1,7 +1,9 @@
 """The contract every schedule template here follows: match, rank, schedule, check, finish.
 
 :class:`TiledScheduleRule` is a dlight ``ScheduleRule`` whose ``apply`` runs five steps; each
-template gives the first three and keeps or overrides the last two:
+template gives the first three and keeps or overrides the last two (and may ``prepare`` the
+PrimFunc first: a rewrite into the form its matcher reads, e.g. a grouped conv's channel split;
+the default keeps it):
 
 1. ``match(sch, config, limits) -> (problem, *blocks) | None``: recognise the pattern in the TIR
    and inline what surrounds it; None: not this rule's PrimFunc (the next rule takes it);
@@ -62,6 +64,10 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
         """Apply ``tile`` to the matched blocks of ``sch`` (in place: None; or a new schedule)."""
 
     # ---- the steps with defaults -----------------------------------------------------------------
+    def prepare(self, func: tirx.PrimFunc) -> tirx.PrimFunc:
+        """``func`` rewritten (same computation) into the form ``match`` reads; here unchanged."""
+        return func
+
     def check(self, sch: s_tir.Schedule, problem, tile, limits: GPULimits):  # pylint: disable=unused-argument
         """``(tile, exact)``: the shared buffers compact to the tile's plan (exact), or still fit a
         block (the tile's ``shared_bytes`` corrected); None: refused. A tile that does not divide
@@ -92,7 +98,7 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
         but not checked; None when ``func`` is not this rule's pattern or the tile fails."""
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
             return None
-        sch = s_tir.Schedule(func)
+        sch = s_tir.Schedule(self.prepare(func))
         matched = self.match(sch, self.get_config(target), gpu_limits(target))
         if matched is None:
             return None
@@ -111,7 +117,7 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
         limits = gpu_limits(target)
 
         # Step 1. Match the pattern and inline what surrounds it.
-        matched_sch = s_tir.Schedule(func)
+        matched_sch = s_tir.Schedule(self.prepare(func))
         matched = self.match(matched_sch, config, limits)
         if matched is None:
             return None

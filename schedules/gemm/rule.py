@@ -54,6 +54,7 @@ from tvm.target import Target
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int
 
+from .groups import split_groups
 from .tiles import K_MAJOR_PAD, GemmConfig, GemmProblem, GemmTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV
@@ -71,7 +72,8 @@ _ASYNC_VECTOR = 2
 
 
 class ImplicitGemm(TiledScheduleRule):
-    """Matmul and conv2d (groups = 1) in float32 with their epilogue, tiled on the profile.
+    """Matmul and conv2d (grouped too: a GEMM per group, :mod:`.groups`) in float32 with their
+    epilogue, tiled on the profile.
 
     Returns ``None`` for anything dlight's ``Matmul`` would not normalise to a GEMM, for dynamic
     shapes, and for non-float32 GEMMs (dlight tensorizes float16 on tensor cores).
@@ -86,7 +88,11 @@ class ImplicitGemm(TiledScheduleRule):
         ``cp.async`` where the target and the build allow it."""
         return ImplicitGemm.Config(async_copy=async_copy_enabled(target))
 
-    # ---- the rule: TiledScheduleRule calls these three -----------------------------------------
+    # ---- the rule: TiledScheduleRule calls these ---------------------------------------------
+    def prepare(self, func):
+        """A grouped conv as one GEMM per group (:mod:`.groups`); anything else unchanged."""
+        return split_groups(func)
+
     @staticmethod
     def match(sch, config, limits):  # pylint: disable=unused-argument
         """``(problem, gemm_block)`` with the block normalised to ``[S, I, J, K]``, or None."""
@@ -144,8 +150,8 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
                 sch.compute_inline(block)
             except RuntimeError:  # ScheduleError: left for the epilogue inlining
                 pass
-    out_ndim = len(stmt.writes[0].source.shape)
-    rows_contiguous = _last_axis_goes_to_rows(maps[3], out_ndim)
+    # the C map runs over the output's iterators (a grouped conv's channel is two of them)
+    rows_contiguous = _last_axis_goes_to_rows(maps[3], len(maps[3].initial_indices))
     spatial_inner = tuple(_last_index_is_spatial(stmt, i) for i in (0, 1))
     # a vector copy also needs every row of the operand to start on a vector boundary
     vector_inner = tuple(_last_index_is_spatial(stmt, i, bare=True) and _rows_align(stmt, i, _ASYNC_VECTOR)

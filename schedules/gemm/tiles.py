@@ -57,6 +57,9 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
     thread_shapes : tuple
         (threads along I, threads along J) tried. Four to eight warps: on the H200 blocks of one
         or two warps ran 1.3-2x slower than these at equal modelled time (tile sweep).
+    narrow_thread_shapes : tuple
+        More shapes, with few threads along J, tried only for GEMMs narrower than the smallest
+        block ``thread_shapes`` make (grouped convolutions).
     micro_shapes : tuple
         (accumulators along I, along J) per thread tried.
     depth_steps : tuple
@@ -102,6 +105,9 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
     """
 
     thread_shapes: Tuple[Tuple[int, int], ...] = ((16, 16), (8, 16), (16, 8))
+    #: tried besides ``thread_shapes`` where J is narrower than the smallest block those make
+    #: (a grouped conv's 4-8 channels a group), so the block is not mostly padding
+    narrow_thread_shapes: Tuple[Tuple[int, int], ...] = ((32, 4), (64, 2), (64, 4), (128, 2))
     micro_shapes: Tuple[Tuple[int, int], ...] = (
         (8, 8), (8, 4), (4, 8), (4, 4), (4, 2), (2, 4), (2, 2))
     depth_steps: Tuple[int, ...] = (8, 16, 32)
@@ -198,7 +204,9 @@ def _registers(micro_rows: int, micro_cols: int, config) -> int:
 def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile]:
     """Every admissible tile for ``problem``, best (lowest modelled time) first."""
     tiles = []
-    for thread_rows, thread_cols in config.thread_shapes:
+    narrowest = min(c for _, c in config.thread_shapes) * min(c for _, c in config.micro_shapes)
+    shapes = config.thread_shapes + (config.narrow_thread_shapes if problem.cols < narrowest else ())
+    for thread_rows, thread_cols in shapes:
         threads = thread_rows * thread_cols
         if threads % limits.profile.warp_size or threads > limits.profile.max_threads_per_block:
             continue
