@@ -28,7 +28,8 @@ setup(
     },
     package_data={"tvm_fusion_hw.targets": ["*.json"],
                   "tvm_fusion_hw.models.corpus": ["index.json", "graphs/*.onnx.xz"]},
-    install_requires=["apache-tvm>=0.27,<0.28", "numpy", "onnx"],
+    # rich: the progress bar and the terminal tables of `compile` and `explain`
+    install_requires=["apache-tvm>=0.27,<0.28", "numpy", "onnx", "rich>=13"],
     extras_require={
         "test": ["pytest", "pytest-xdist", "onnxruntime", "hypothesis"],
         # register counts exactly as TVM's default NVRTC load-time compile makes them (else nvcc)

@@ -85,7 +85,7 @@ def test_compile_prints_decisions_and_exports(capsys, tmp_path):
     code, out, err = run_cli(capsys, "compile", "eltwise5", "--export", str(lib))
     assert code == 0
     assert "Hardware-aware fusion on nvidia-h200" in out and "FUSE  [chain]" in out
-    assert "[2/2] compile for nvidia-h200" in err
+    assert "[2/2]" not in err  # progress is drawn on a terminal only (tests/test_explain.py)
     assert lib.stat().st_size > 0
 
 

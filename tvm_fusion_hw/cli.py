@@ -1,22 +1,24 @@
-"""Command line: ``tvm-fusion-hw compile|profiles|models|bundle``.
+"""Command line: ``tvm-fusion-hw compile|explain|profiles|models|bundle``.
 
 ``tvm-fusion-hw compile mobilenet_v2 --profile nvidia-h200`` imports the model (a zoo name or an
 ONNX file), compiles it with the hardware-aware pipeline, and prints every fusion decision with its
 reason and the resulting groups; ``--feedback`` measures the kernels and splits the fused groups
-that spill or lose occupancy (:mod:`.feedback`), and prints the splits. Bad input ends with one
-line on stderr and exit status 2.
+that spill or lose occupancy (:mod:`.feedback`), and prints the splits. ``tvm-fusion-hw explain
+MODEL --profile A --profile B`` puts the plans of several profiles side by side, with stock's
+(:mod:`.explain`), as text, JSON and an HTML page. Bad input ends with one line on stderr and exit
+status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import List, Optional
 
 from .errors import FusionHWError
 
@@ -56,8 +58,8 @@ def _check_output(path: str, flag: str) -> Path:
 def _write_atomically(outputs) -> None:
     """Write every ``(path, write)`` through a temporary file in its folder, then move them all
     into place: a failure leaves none of them behind (nor folders made for them)."""
-    made: List[Path] = []
-    staged: List[tuple] = []
+    made: list[Path] = []
+    staged: list[tuple] = []
     try:
         for path, write in outputs:
             missing = [p for p in [path.parent, *path.parent.parents] if not p.exists()]
@@ -144,6 +146,74 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _knob_value(text: str):
+    """A knob's value from the command line: a number, true/false, a comma list, or the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return tuple(t for t in text.split(",") if t) if "," in text else text
+
+
+class _ProfileAction(argparse.Action):
+    """``--profile NAME``: one more column (its knobs follow it, ``--knob``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        namespace.profiles = list(namespace.profiles or []) + [(values, {})]
+
+
+class _KnobAction(argparse.Action):
+    """``--knob NAME=VALUE``: a PolicyConfig field for the fusion pass of the last ``--profile``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        name, sep, value = values.partition("=")
+        if not namespace.profiles or not sep or not name:  # refused by cmd_explain, in one line
+            namespace.bad_knob = values
+            return
+        namespace.profiles[-1][1][name] = _knob_value(value)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .explain import explain, stages  # pylint: disable=import-outside-toplevel
+    from .explain.html import render_html  # pylint: disable=import-outside-toplevel
+    from .explain.text import render_text  # pylint: disable=import-outside-toplevel
+    from .frontend import import_onnx  # pylint: disable=import-outside-toplevel
+    from .fusion.policy import PolicyConfig  # pylint: disable=import-outside-toplevel
+    from .hardware.profile import load_profile  # pylint: disable=import-outside-toplevel
+    from .progress import Progress  # pylint: disable=import-outside-toplevel
+
+    # bad input ends here, before any progress line or output file
+    outputs = {flag: _check_output(path, flag) for flag, path in (("--json", args.json), ("--html", args.html))
+               if path}
+    if len(outputs) == 2 and outputs["--json"].resolve() == outputs["--html"].resolve():
+        raise FusionHWError("--json and --html name the same file")
+    if args.bad_knob is not None:
+        raise FusionHWError(f"--knob {args.bad_knob}: give NAME=VALUE after the --profile it applies to")
+    profiles = args.profiles or [("nvidia-h200", {})]
+    for name, knobs in profiles:
+        load_profile(name)
+        unknown = sorted(set(knobs) - set(PolicyConfig.__dataclass_fields__))
+        if unknown:
+            raise FusionHWError(f"unknown knob '{unknown[0]}'; known: {', '.join(PolicyConfig.__dataclass_fields__)}")
+    model, name = _read_model(args.model, args.batch)
+    progress = Progress(total=1 + stages(profiles), enabled=not args.quiet)
+    with progress.stage(f"import {args.model} (batch {args.batch})"):
+        mod = import_onnx(model, name=name)
+    expl = explain(mod, profiles, model=args.model, batch=args.batch, progress=progress)
+    progress.close()
+    width = args.width or shutil.get_terminal_size(fallback=(100, 24)).columns
+    sys.stdout.write(render_text(expl, details=args.details, width=max(width, 40)))
+    writes = {"--json": lambda tmp: Path(tmp).write_text(expl.to_json(), encoding="utf-8"),
+              "--html": lambda tmp: Path(tmp).write_text(render_html(expl), encoding="utf-8")}
+    _write_atomically([(path, writes[flag]) for flag, path in outputs.items()])
+    for flag, path in outputs.items():
+        print(f"{flag[2:]} written to {path}")
+    return 0
+
+
 def cmd_profiles(_args: argparse.Namespace) -> int:
     from .hardware.profile import known_profiles, load_profile  # pylint: disable=import-outside-toplevel
 
@@ -181,6 +251,20 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--export", help="write the built library here (.so)")
     comp.add_argument("--quiet", action="store_true", help="no progress lines")
     comp.set_defaults(func=cmd_compile)
+    expl = sub.add_parser("explain", help="every kernel and decision of a model's plan, profiles side by side")
+    expl.add_argument("model", help="a zoo model, corpus:NAME (see `models`) or an .onnx file")
+    expl.add_argument("--profile", dest="profiles", action=_ProfileAction, metavar="PROFILE",
+                      help="hardware profile (repeat for several, side by side; default nvidia-h200)")
+    expl.add_argument("--knob", action=_KnobAction, metavar="NAME=VALUE",
+                      help="a fusion knob (PolicyConfig field) for the --profile before it")
+    expl.add_argument("--batch", type=int, default=1, help="batch size of a zoo or corpus model")
+    expl.add_argument("--details", action="store_true",
+                      help="also every kernel's roofline, registers and schedule, every decision, stock's kernels")
+    expl.add_argument("--json", help="write everything as JSON here")
+    expl.add_argument("--html", help="write a self-contained page (tables, rooflines) here")
+    expl.add_argument("--width", type=int, help="columns of the text (default: the terminal's)")
+    expl.add_argument("--quiet", action="store_true", help="no progress bar")
+    expl.set_defaults(func=cmd_explain, profiles=None, bad_knob=None)
     sub.add_parser("profiles", help="list hardware profiles").set_defaults(func=cmd_profiles)
     sub.add_parser("models", help="list zoo models and the real-model corpus").set_defaults(func=cmd_models)
     # bundle parses its own options (tvm_fusion_hw.bundle): everything after it goes there
@@ -193,7 +277,7 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     print(f"warning: {message}", file=file or sys.stderr)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
