@@ -31,7 +31,8 @@ setup(
     # rich: the progress bar and the terminal tables of `compile` and `explain`
     install_requires=["apache-tvm>=0.27,<0.28", "numpy", "onnx", "rich>=13"],
     extras_require={
-        "test": ["pytest", "pytest-xdist", "onnxruntime", "hypothesis"],
+        # matplotlib: the bundle runner's results.png (tests/test_runner_report.py draws it)
+        "test": ["pytest", "pytest-xdist", "onnxruntime", "hypothesis", "matplotlib"],
         # register counts exactly as TVM's default NVRTC load-time compile makes them (else nvcc)
         "nvrtc": ["cuda-bindings"],
     },

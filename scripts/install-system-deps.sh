@@ -7,14 +7,20 @@
 #                     "unknown abi version". Debian 12 ships lld-22 from bookworm-security.
 #   rocm-device-libs  AMD device-library bitcode in /usr/lib/<multiarch>/amdgcn/bitcode; TVM reads
 #                     it from $ROCM_PATH/amdgcn/bitcode (tvm_fusion_hw.toolchain sets ROCM_PATH).
+#   chromium          Debian's headless-capable browser: tests/test_explain.py opens the page of
+#                     `tvm-fusion-hw explain --html` from a file in it (tvm_fusion_hw/explain/browser.py,
+#                     the DevTools protocol over a pipe), checks it loads without console errors or
+#                     requests, and takes a screenshot; scripts/explain-screenshot.py makes docs/'s.
+#                     Without it that test skips. A browser build downloaded at run time (playwright
+#                     install) cannot be fetched here; Debian's package can.
 #
 # CUDA builds need no package: tvm.compile keeps CUDA source in the module. nvcc (for ptxas
 # register/spill feedback) comes with the image (/usr/local/cuda*/bin); it is only reported here.
 #
-# Idempotent: apt is skipped when both packages are already installed. Run as root or with sudo.
+# Idempotent: apt is skipped when every package is already installed. Run as root or with sudo.
 set -euo pipefail
 
-PACKAGES=(lld-22 rocm-device-libs)
+PACKAGES=(lld-22 rocm-device-libs chromium)
 LLD_MAJOR=22
 
 say() { printf 'install-system-deps: %s\n' "$*"; }
@@ -39,7 +45,7 @@ if ((${#missing[@]})); then
     quiet() { "$@" >"$log" 2>&1 || { cat "$log" >&2; die "failed: $*"; }; }
     quiet "${SUDO[@]}" apt-get update
     if ! apt-cache show "${missing[@]}" >/dev/null 2>&1; then
-        die "apt cannot find ${missing[*]} (lld-22 is in Debian 12's bookworm-security suite; is it in the apt sources?)"
+        die "apt cannot find ${missing[*]} (lld-22 and chromium are in Debian 12's bookworm-security suite; is it in the apt sources?)"
     fi
     quiet "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}"
 else
@@ -60,4 +66,11 @@ if [[ -n "$nvcc" ]]; then
     say "CUDA: nvcc at ${nvcc} ($("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))"
 else
     say "CUDA: nvcc not found (only needed for ptxas register/spill feedback)"
+fi
+
+browser=$(command -v chromium || true)
+if [[ -n "$browser" ]]; then
+    say "browser: ${browser} ($("$browser" --version 2>/dev/null | head -n1))"
+else
+    say "browser: chromium not on PATH (the explain page's browser test will skip)"
 fi

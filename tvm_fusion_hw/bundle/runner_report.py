@@ -1,6 +1,7 @@
 """The bundle runner's reports (copied beside run.py; see run.py): the machine's facts and
 results.md, kernels.md and results.png from results.json's rows. Needs numpy; matplotlib for the
-plot when importable.
+plot when importable. The plot shows speed-ups, not latencies: models' times span four decades,
+and what a reader asks is how much faster the plugin is than each baseline that was measured.
 """
 
 import platform  # noqa: E401
@@ -146,25 +147,92 @@ def write_kernels(results, path):
     path.write_text("\n".join(lines) + "\n")
 
 
+#: The speed-ups results.png shows: (legend, baseline column, the plugin's column), each the
+#: baseline's median time over the plugin's. CUDA-graph columns are paired with each other.
+SPEEDUPS = [("over stock TVM", "stock", "hw"),
+            ("over stock TVM, both with CUDA graphs", "stock_graph", "hw_graph"),
+            ("over torch.compile", "compile", "hw"),
+            ("over torch.compile, both with CUDA graphs", "compile_graphs", "hw_graph")]
+
+
+def _failed(row, key):
+    """The error of ``key``'s system in ``row`` ("stock build": ... counts for stock), or ""."""
+    errors = row.get("errors") or {}
+    return next((str(v) for k, v in errors.items() if k.split()[0] == key), "")
+
+
+def speedup_series(results):
+    """(row labels, {legend: [speed-up or None per row]}, {row index: why a baseline is missing}).
+
+    Rows are those where the plugin's build ran; a series is kept only where at least one row
+    measured both of its columns, so the legend names nothing that was not measured."""
+    rows = [r for r in results["rows"] if (r.get("times_s") or {}).get("hw")]
+    labels = [f"{r['model'].replace('corpus:', '')} b{r['batch']}" for r in rows]
+    series, missing = {}, {}
+    for legend, base, ours in SPEEDUPS:
+        values = []
+        for row in rows:
+            t = row["times_s"]
+            values.append(t[base] / t[ours] if t.get(base) and t.get(ours) else None)
+        if any(v is not None for v in values):
+            series[legend] = values
+    for i, row in enumerate(rows):
+        why = [f"{base} failed: {_failed(row, base)[:48]}" for _, base, _ in SPEEDUPS[:1] if _failed(row, base)]
+        if why:
+            missing[i] = "; ".join(why)
+    return labels, series, missing
+
+
+def draw_plot(results):
+    """The figure of results.png: per model x batch, the plugin's speed-up over each baseline
+    that was measured (horizontal bars, log scale, 1x marked), or why there is none."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    labels, series, missing = speedup_series(results)
+    height = 0.28 * max(len(labels), 1) * max(len(series), 1) + 1.6
+    fig, ax = plt.subplots(figsize=(9, max(3.0, height)))
+    band = 0.8 / max(len(series), 1)
+    for k, (legend, values) in enumerate(series.items()):
+        ys = [i + (k - (len(series) - 1) / 2) * band for i in range(len(labels))]
+        shown = [(y, v) for y, v in zip(ys, values) if v is not None]
+        bars = ax.barh([y for y, _ in shown], [v for _, v in shown], height=band, label=legend, left=0)
+        for bar, (_, v) in zip(bars, shown):
+            ax.annotate(f"{v:.3g}x", (v, bar.get_y() + bar.get_height() / 2), xytext=(3, 0),
+                        textcoords="offset points", va="center", fontsize=6)
+    for i, why in missing.items():
+        ax.annotate(why, (1.0, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=6,
+                    color="#a33")
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.set_ylim(len(labels) - 0.5, -0.5)  # first row on top
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="#444", linewidth=0.8)
+    values = [v for vs in series.values() for v in vs if v is not None] or [1.0]
+    ax.set_xlim(min(min(values), 1.0) / 1.5, max(max(values), 1.0) * 2.5)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}x"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("speed-up of the hardware-aware build (baseline median latency / its median latency; "
+                  "right of 1x: faster)", fontsize=8)
+    sysinfo = results.get("system", {})
+    ax.set_title(f"tvm_fusion_hw on {sysinfo.get('gpu') or sysinfo.get('device', '?')} "
+                 f"({results.get('profile', '?')})" + ("" if series else ": no baseline measured"), fontsize=9)
+    if series:
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
 def write_plot(results, path):
-    """results.png: grouped bars (log ms) per model x batch, or a note why not."""
+    """results.png (see :func:`draw_plot`), or a note why not."""
     try:
-        import matplotlib  # pylint: disable=import-outside-toplevel
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+        import matplotlib  # pylint: disable=import-outside-toplevel,unused-import  # noqa: F401
     except ImportError:
         return "matplotlib not importable: no results.png"
-    rows = [r for r in results["rows"] if r.get("times_s")]
-    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(rows)), 5))
-    width = 0.8 / len(COLUMNS)
-    for i, (key, label) in enumerate(COLUMNS):
-        vals = [r["times_s"].get(key, float("nan")) * 1e3 for r in rows]
-        ax.bar([j + i * width for j in range(len(rows))], vals, width, label=label)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(rows))])
-    ax.set_xticklabels([f"{r['model']}\nb{r['batch']}" for r in rows], fontsize=7)
-    ax.set_yscale("log")
-    ax.set_ylabel("median latency (ms, log)")
-    ax.legend(fontsize=7, ncol=4)
-    fig.tight_layout()
+    fig = draw_plot(results)
     fig.savefig(path, dpi=120)
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    plt.close(fig)
     return ""
