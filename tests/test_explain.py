@@ -9,6 +9,7 @@ take the same decisions, so that a difference is forced with a knob (max_depth=2
 import contextlib
 import io
 import json
+import os
 import re
 import struct
 from pathlib import Path
@@ -271,8 +272,7 @@ def test_page_in_a_headless_browser(conv_pool, tmp_path):
         shot = page.screenshot(tmp_path / "explain.png", max_height=1400)
     head = shot.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", head[16:24])
-    assert width >= 1280 and height == 1400
+    assert struct.unpack(">II", head[16:24]) == (1280, 1400)
 
 
 # ---- bad input: one line, exit status 2, nothing written ---------------------------------------------
@@ -305,3 +305,18 @@ def test_bad_onnx_and_unwritable_outputs(tmp_path):
         code, _, err = run("explain", *args)
         assert code == 2 and err.count("\n") == 1 and words in err, err
         assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_tvm_native_log_becomes_one_note(monkeypatch, tmp_path):
+    from tvm_fusion_hw.explain.native_log import native_log_to
+
+    with open(tmp_path / "stderr", "w+") as stream:
+        monkeypatch.setattr("sys.stderr", stream)
+        notes = []
+        with native_log_to(notes, "amd-mi250x"):
+            for _ in range(2):
+                os.write(stream.fileno(), b"[19:38:02] /project/src/x.cc:96: Warning: Unable to detect\n")
+        stream.write("after\n")
+        stream.flush()
+        assert (tmp_path / "stderr").read_text() == "after\n"  # the log went to the note, fd 2 came back
+    assert notes == ["TVM logged 2 lines while building for amd-mi250x: Warning: Unable to detect (x2)"]

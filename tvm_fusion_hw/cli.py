@@ -202,7 +202,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     progress = Progress(total=1 + stages(profiles), enabled=not args.quiet)
     with progress.stage(f"import {args.model} (batch {args.batch})"):
         mod = import_onnx(model, name=name)
-    expl = explain(mod, profiles, model=args.model, batch=args.batch, progress=progress)
+    from_file = args.model.endswith(".onnx") or os.sep in args.model  # its shapes are its own
+    expl = explain(mod, profiles, model=args.model, batch=None if from_file else args.batch, progress=progress)
     progress.close()
     width = args.width or shutil.get_terminal_size(fallback=(100, 24)).columns
     sys.stdout.write(render_text(expl, details=args.details, width=max(width, 40)))

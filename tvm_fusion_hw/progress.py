@@ -9,6 +9,8 @@ Anywhere else (a log, a pipe, a test) it prints nothing: stdout keeps the report
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import time
 from collections.abc import Iterator
 
@@ -41,6 +43,11 @@ class Progress:
     def __init__(self, total: int, enabled: bool = True, stream=None, console: Console | None = None):
         self.total = total
         self.done = 0
+        self._own = None
+        if console is None and stream is None and enabled and _is_terminal(sys.stderr):
+            # a copy of the terminal's descriptor: the bar stays on screen while a build sends
+            # TVM's C++ log (fd 2) elsewhere (tvm_fusion_hw.explain.collect)
+            stream = self._own = os.fdopen(os.dup(sys.stderr.fileno()), "w")
         self.console = console or Console(file=stream, stderr=stream is None)
         self.enabled = enabled and self.console.is_terminal
         self._bar: _RichProgress | None = None
@@ -60,6 +67,10 @@ class Progress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+    def __del__(self):
+        if self._own is not None:
+            self._own.close()
 
     @contextlib.contextmanager
     def stage(self, title: str, instrument_passes: bool = False) -> Iterator[tvm.transform.PassContext | None]:
@@ -89,3 +100,10 @@ class Progress:
             bar.console.print(f"{label} {outcome} {time.perf_counter() - start:.1f}s", highlight=False)
             if outcome != "done in" or self.done >= self.total:
                 self.close()
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -19,6 +19,7 @@ from tvm_fusion_hw.hardware.target import target as make_target
 from .collect import collect_plan, plan_label
 from .compare import align_decisions, align_kernels
 from .model import Explanation
+from .native_log import native_log_to
 from .stock import StockKernel, stock_kernels
 
 __all__ = ["Explanation", "explain", "stages"]
@@ -28,8 +29,8 @@ def _spec(spec: str | tuple[str, dict[str, object]]) -> tuple[str, dict[str, obj
     return (spec, {}) if isinstance(spec, str) else (spec[0], dict(spec[1]))
 
 
-def explain(mod: tvm.IRModule, profiles: Sequence[str | tuple[str, dict[str, object]]], model: str = "", batch: int = 1,
-            progress=None) -> Explanation:
+def explain(mod: tvm.IRModule, profiles: Sequence[str | tuple[str, dict[str, object]]], model: str = "",
+            batch: int | None = 1, progress=None) -> Explanation:
     """The plans of ``mod`` (a Relax module as imported) on each profile, lined up.
 
     ``profiles``: names (or files) of hardware profiles, or ``(name, knobs)`` pairs whose knobs
@@ -45,18 +46,21 @@ def explain(mod: tvm.IRModule, profiles: Sequence[str | tuple[str, dict[str, obj
         raise FusionHWError(f"profile {twice} is asked for twice")
     stock: dict[str, list[StockKernel]] = {}
     plans = []
-    for name, knobs in specs:
-        tgt = make_target(name)
-        kind = tgt.kind.name
-        if kind not in stock:  # stock FuseOps reads no profile: once per target kind
-            with progress.stage(f"stock FuseOps' grouping ({kind})") if progress else contextlib.nullcontext():
-                stock[kind] = stock_kernels(mod, tgt)
-        plans.append(collect_plan(mod, name, stock[kind], knobs, progress))
+    for (name, knobs), label in zip(specs, labels):
+        logged: list[str] = []
+        with native_log_to(logged, label):
+            tgt = make_target(name)
+            kind = tgt.kind.name
+            if kind not in stock:  # stock FuseOps reads no profile: once per target kind
+                with progress.stage(f"stock FuseOps' grouping ({kind})") if progress else contextlib.nullcontext():
+                    stock[kind] = stock_kernels(mod, tgt)
+            plans.append(collect_plan(mod, name, stock[kind], knobs, progress))
+        plans[-1].notes += logged
     return Explanation(model=model, batch=batch, plans=plans, decisions=align_decisions(plans),
                        kernels=align_kernels(plans))
 
 
 def stages(profiles: Sequence[str | tuple[str, dict[str, object]]], kinds: int | None = None) -> int:
     """How many progress stages :func:`explain` runs for ``profiles``."""
-    count = kinds if kinds is not None else len({make_target(_spec(s)[0]).kind.name for s in profiles})
+    count = kinds if kinds is not None else len({load_profile(_spec(s)[0]).tvm_kind for s in profiles})
     return count + 2 * len(profiles)

@@ -174,7 +174,8 @@ class HeadlessPage:  # pylint: disable=too-many-instance-attributes
             size = self._call("Page.getLayoutMetrics")["cssContentSize"]
             height = min(size["height"], max_height) if max_height else size["height"]
             params.update(captureBeyondViewport=True,
-                          clip={"x": 0, "y": 0, "width": size["width"], "height": height, "scale": 1})
+                          clip={"x": 0, "y": 0, "width": max(size["width"], self.width), "height": height,
+                                "scale": 1})
         data = self._call("Page.captureScreenshot", params)["data"]
         Path(path).write_bytes(base64.b64decode(data))
         return Path(path)

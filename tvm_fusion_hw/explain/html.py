@@ -10,6 +10,7 @@ kernels can be shown or hidden), its kernels, its decisions and stock's grouping
 from __future__ import annotations
 
 import html
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from . import units
@@ -20,7 +21,8 @@ _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.2em; margin-top: 1.6em; } h3 { font-size: 1.05em; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; }
-th, td { border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; text-align: left; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; vertical-align: top; text-align: left;
+         max-width: 36em; overflow-wrap: anywhere; }
 th { background: #f2f2f2; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.differs td { background: #fff3cd; } td.FUSE { color: #1a7f37; font-weight: 600; }
 td.stage { color: #b35900; font-weight: 600; } td.apart { color: #555; }
@@ -32,7 +34,7 @@ svg text { font: 11px system-ui, sans-serif; fill: #333; } svg .axis { font-size
 svg .plugin { fill-opacity: 0.75; stroke: #fff; } svg .stock { fill: none; stroke: #555; stroke-width: 1.5; }
 body.hide-stock svg .stock-points { display: none; }
 body.only-differing tr.same { display: none; }
-.plots { display: flex; flex-wrap: wrap; gap: 1em; } figure { margin: 0; }
+.plots { display: flex; flex-wrap: wrap; gap: 1em; } figure { margin: 0; max-width: 642px; }
 td.tile { font-size: 12px; max-width: 28em; }
 """
 
@@ -127,8 +129,10 @@ def _kernel_alignment(expl: Explanation) -> str:
 def _rooflines(expl: Explanation) -> str:
     figures = []
     for plan in expl.plans:
-        skipped = unplotted(plan)
-        note = f" Not plotted (no FLOPs): {', '.join(skipped)}." if skipped else ""
+        skipped = Counter(unplotted(plan))
+        names = [n if c == 1 else f"{n} x{c}" for n, c in sorted(skipped.items())]
+        names = ", ".join(names[:8]) + (f", and {len(names) - 8} more" if len(names) > 8 else "")
+        note = f" Not plotted: {sum(skipped.values())} kernels with no FLOPs ({names})." if skipped else ""
         figures.append(f"<figure>{roofline_svg(plan)}<figcaption class=\"small\">{_e(plan.label)}: "
                        f"{_e(plan.display_name)}.{_e(note)}</figcaption></figure>")
     return ('<p class="small">Throughput is modelled, not measured: a kernel\'s FLOPs over its template\'s '
@@ -167,7 +171,7 @@ def _plan_section(plan: PlanView, index: int) -> str:
 
 def render_html(expl: Explanation) -> str:
     """The page, as one string."""
-    title = f"tvm-fusion-hw explain: {expl.model} (batch {expl.batch})"
+    title = f"tvm-fusion-hw explain: {expl.model}" + (f" (batch {expl.batch})" if expl.batch else "")
     parts: list[str] = [
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",

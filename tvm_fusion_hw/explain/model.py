@@ -158,7 +158,7 @@ class Explanation:
     """Every plan of one model, and how they compare."""
 
     model: str
-    batch: int
+    batch: int | None  # None: an ONNX file, whose shapes are its own
     plans: list[PlanView]
     decisions: list[DecisionRow] = dataclasses.field(default_factory=list)
     kernels: list[KernelMatch] = dataclasses.field(default_factory=list)

@@ -112,7 +112,8 @@ def render_text(expl: Explanation, details: bool = False, width: int = 100) -> s
     out = io.StringIO()
     console = Console(file=out, width=width, color_system=None, force_terminal=False, soft_wrap=False)
     names = ", ".join(p.label for p in expl.plans)
-    for line in _wrap(f"{expl.model} (batch {expl.batch}) on {names}", width, 0):
+    batch = f" (batch {expl.batch})" if expl.batch else ""
+    for line in _wrap(f"{expl.model}{batch} on {names}", width, 0):
         console.print(line, highlight=False)
     console.print(_summary(expl))
     differences = _differences(expl, width)
