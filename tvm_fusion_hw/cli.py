@@ -195,9 +195,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     profiles = args.profiles or [("nvidia-h200", {})]
     for name, knobs in profiles:
         load_profile(name)
-        unknown = sorted(set(knobs) - set(PolicyConfig.__dataclass_fields__))
+        fields = PolicyConfig.__dataclass_fields__
+        unknown = sorted(set(knobs) - set(fields))
         if unknown:
-            raise FusionHWError(f"unknown knob '{unknown[0]}'; known: {', '.join(PolicyConfig.__dataclass_fields__)}")
+            raise FusionHWError(f"unknown knob '{unknown[0]}'; known: {', '.join(fields)}")
+        for knob, value in knobs.items():  # a one-name list (pair_templates=conv->window) is a tuple too
+            if isinstance(value, str) and "tuple" in str(fields[knob].type).lower():
+                knobs[knob] = (value,)
     model, name = _read_model(args.model, args.batch)
     progress = Progress(total=1 + stages(profiles), enabled=not args.quiet)
     with progress.stage(f"import {args.model} (batch {args.batch})"):

@@ -47,7 +47,10 @@ _KERNEL_SUFFIX = re.compile(r"_kernel(_?\d+)?$")
 
 def plan_label(profile: str, knobs: dict[str, object]) -> str:
     """A column's name: the profile, and the knobs given to its fusion pass."""
-    return profile + (" (" + ", ".join(f"{k}={v}" for k, v in sorted(knobs.items())) + ")" if knobs else "")
+    def text(value) -> str:
+        return "+".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+
+    return profile + (" (" + ", ".join(f"{k}={text(v)}" for k, v in sorted(knobs.items())) + ")" if knobs else "")
 
 
 def roofline_seconds(flops: float, nbytes: float, profile: HardwareProfile) -> float:

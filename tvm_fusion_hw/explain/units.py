@@ -41,9 +41,10 @@ def percent(value: float | None) -> str:
 
 
 def registers(kernel: KernelRow) -> str:
-    """``~48 est / 64`` (estimate, then ptxas' or the metadata's count)."""
+    """``~48 estimated, 64 measured`` (the policy's estimate, ptxas' or the metadata's count)."""
     measured: Measured | None = kernel.measured
-    return f"~{kernel.estimated_registers} est / " + (str(measured.registers) if measured else "not measured")
+    return f"~{kernel.estimated_registers} estimated, " + (f"{measured.registers} measured" if measured
+                                                            else "not measured")
 
 
 def roofline(kernel: KernelRow, ridge: float) -> str:
