@@ -93,6 +93,30 @@ def kernel_body(source, name):
     return bodies[name]
 
 
+_SHARED_DECL = re.compile(r"__shared__[^;]*?\b(\w+)\[")
+_STORE = re.compile(r"^(?:\(\(volatile \w+\*\))?(\w+)\)?\[([^\]]*)\] = (.*);$")
+
+
+def shared_rmw_by_every_thread(body):
+    """Statements of a CUDA kernel ``body`` that read and write one shared element that every
+    thread along x writes (its index and every enclosing ``if`` free of ``threadIdx.x``): a race
+    between the warps of a block, which a serialised CPU run cannot show."""
+    shared = set(_SHARED_DECL.findall(body))
+    found, conditions = [], []
+    for line in body.splitlines():
+        text = line.strip()
+        if text.endswith("{"):
+            conditions.append(text)
+        elif text.startswith("}"):
+            conditions = conditions[:-1]
+        elif (store := _STORE.match(text)) and store.group(1) in shared:
+            name, index, value = store.groups()
+            same_element = re.search(rf"\b{re.escape(name)}\)?\[{re.escape(index)}\]", value)
+            if same_element and "threadIdx.x" not in index and not any("threadIdx.x" in c for c in conditions):
+                found.append(text)
+    return found
+
+
 def assert_schedule_preserves_numerics(func, sch, seed=0, reassociates=False):
     """``sch`` (a schedule of ``func``) computes what ``func`` does, on fresh random inputs, with
     every output element written (the output starts as NaN).

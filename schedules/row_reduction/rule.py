@@ -313,6 +313,13 @@ def _schedule(func: tirx.PrimFunc, problem: RowProblem, tile: RowTile) -> s_tir.
     roles = dict(problem.roles)
     for block in reversed(sch.get_child_blocks(root)[:-1]):
         role = roles.get(sch.get(block).name_hint, "cache")
+        if role == "per_row" and tile.threads_per_row > tile.warp_size:
+            # A row of several warps reduces through shared memory, and TVM's lowering then
+            # computes a per-row value (the mean) in place in that shared result, every thread
+            # of the row reading and writing it: a race between the warps (a LayerNorm's mean
+            # divided twice). Recomputed where it is used, it is a register again.
+            sch.compute_inline(block)
+            continue
         sch.compute_at(block, ty, preserve_unit_loops=True)
         if role != "per_row":
             _thread_row(sch, block, tile, n_r, vector=role != "reduction")
