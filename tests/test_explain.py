@@ -9,6 +9,7 @@ take the same decisions, so that a difference is forced with a knob (max_depth=2
 import contextlib
 import io
 import json
+import math
 import os
 import re
 import struct
@@ -278,6 +279,8 @@ def test_page_in_a_headless_browser(conv_pool, tmp_path):
 # ---- bad input: one line, exit status 2, nothing written ---------------------------------------------
 @pytest.mark.parametrize("args, words", [
     (["alexnet", "--profile", "nvidia-h200"], "unknown model 'alexnet'"),
+    (["corpus:nope"], "unknown corpus model 'corpus:nope'"),
+    (["relu_add_mul", "--batch", "0"], "--batch must be at least 1"),
     (["relu_add_mul", "--profile", "nvidia-gtx-480"], "unknown hardware profile 'nvidia-gtx-480'"),
     (["relu_add_mul", "--profile", "nvidia-h200", "--knob", "max_dept=2"], "unknown knob 'max_dept'"),
     (["relu_add_mul", "--knob", "max_depth=2"], "give NAME=VALUE after the --profile"),
@@ -289,6 +292,22 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, words):
     assert code == 2 and err.count("\n") == 1 and err.startswith("tvm-fusion-hw: error: "), err
     assert words in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_onnx_file_has_its_own_shapes(tmp_path):
+    import onnx
+
+    model = build("relu_add_mul", batch=2)
+    onnx.save(model, tmp_path / "m.onnx")
+    code, out, err = run("explain", str(tmp_path / "m.onnx"), "--json", str(tmp_path / "e.json"))
+    assert code == 0, err
+    assert out.splitlines()[0] == f"{tmp_path / 'm.onnx'} on nvidia-h200"  # no batch of ours
+    plan = json.loads((tmp_path / "e.json").read_text())["plans"][0]
+    # one kernel, which reads every input and weight of the file once and writes its output
+    tensors = [[d.dim_value for d in v.type.tensor_type.shape.dim] for v in [*model.graph.input, *model.graph.output]]
+    tensors += [list(t.dims) for t in model.graph.initializer]
+    assert [k["kernel"] for k in plan["kernels"]] == ["fused_relu_add_multiply"]
+    assert plan["kernels"][0]["compulsory_bytes"] == sum(4 * math.prod(dims) for dims in tensors)
 
 
 def test_bad_onnx_and_unwritable_outputs(tmp_path):
