@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import tvm
-from tir_checks import cuda_source, ptxas_kernels
+from tir_checks import cuda_source
 from tvm_fusion_hw.models import build
 
 import tvm_fusion_hw as hw
@@ -26,6 +26,7 @@ from tvm_fusion_hw.cli import main
 from tvm_fusion_hw.explain import browser, explain
 from tvm_fusion_hw.explain.html import render_html
 from tvm_fusion_hw.explain.text import render_text
+from tvm_fusion_hw.feedback.kernel_resources import measure_cuda_source
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.hardware.profile import TARGETS_DIR_CANDIDATES
 from tvm_fusion_hw.hardware.toolchain import have_nvcc
@@ -121,8 +122,9 @@ def test_measured_registers_are_ptxas_on_a_build_of_our_own(conv_pool):
         tgt = hw.target(name)
         with hw.pass_context(tgt):
             ex = tvm.compile(mod, target=tgt, relax_pipeline=hw.get_pipeline(tgt))
-        reports = ptxas_kernels(cuda_source(ex), profile_json(name)["target"]["arch"])
-        assert plan["measured_with"].startswith("ptxas")
+        compiler = re.fullmatch(r"ptxas \((nvcc|nvrtc)\)", plan["measured_with"]).group(1)
+        reports = {k.name: k for k in measure_cuda_source(cuda_source(ex), profile_json(name)["target"]["arch"],
+                                                          compiler=compiler)}
         for kernel in plan["kernels"]:
             ours = [r for n, r in reports.items() if re.fullmatch(rf"{kernel['kernel']}_kernel\w*", n)]
             assert ours, (kernel["kernel"], sorted(reports))
