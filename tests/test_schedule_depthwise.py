@@ -36,7 +36,7 @@ from tvm_fusion_hw.hardware.occupancy import occupancy
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
 from tvm_fusion_hw.schedules.depthwise.rule import DepthwiseConv
 from tvm_fusion_hw.schedules.depthwise.tiles import DepthwiseProblem, rank_tiles
-from tir_checks import (LLVM, assert_schedule_preserves_numerics, blocks, cuda_source, kernel_body, prim_funcs,
+from tir_checks import (LLVM, assert_schedule_preserves_numerics, blocks, compile_func, cuda_source, kernel_body, prim_funcs,
                         ptxas_kernels, run_model)
 
 H200 = "nvidia-h200"
@@ -192,9 +192,26 @@ def test_mobilenet_schedules_compute_the_same(mobilenet_fused, h200):
     dict(c=8, hw_=16, dilation=2),
     dict(c=40, hw_=7, relu6=False),  # several channels per block
     dict(c=8, hw_=14, k=1),  # a 1x1 window is still a depthwise conv (a per-channel scale)
+    dict(c=12, hw_=14, k=7, relu6=False),  # ConvNeXt's 7x7 with its bias
 ])
 def test_synthetic_variants(h200, case):
     assert_rule_preserves_numerics(synthetic(**case), h200)
+
+
+def test_seven_by_seven_windows_have_tiles(h200):
+    """49 weights a thread in registers: tiles exist at a lower residency (they did not at one
+    half of the SM's threads, and ConvNeXt's depthwise convs fell to dlight), and ptxas agrees
+    that they do not spill."""
+    func = synthetic(c=96, hw_=56, k=7, relu6=False)
+    with h200:
+        problem, tile = DepthwiseConv().plan(func, h200)
+    assert problem.kernel == (7, 7) and tile.registers_estimate > 64
+    if not toolchain.have_nvcc():
+        pytest.skip("nvcc not found")
+    kernel = next(iter(ptxas_kernels(cuda_source(compile_func(DepthwiseConv().apply(func, h200, False).mod["main"],
+                                                               h200))).values()))
+    assert kernel.spill_store_bytes == kernel.spill_load_bytes == 0
+    assert kernel.registers <= tile.registers_estimate * 1.3
 
 
 # ---- tiles within each target's limits -----------------------------------------------------------
