@@ -270,8 +270,18 @@ class DepthwisePointwiseTwoKernels:
         return c
 
 
-def test_depthwise_pointwise_one_kernel_on_h200():
-    tvm.ir.assert_structural_equal(fuse(DepthwisePointwise, "nvidia-h200"), lower(DepthwisePointwiseOneKernel))
+def test_depthwise_pointwise_one_kernel_on_h200_where_it_fits():
+    """The template's plan fits the H200 (shared memory, registers, occupancy) ..."""
+    tvm.ir.assert_structural_equal(fuse(DepthwisePointwise, "nvidia-h200", pair_cost=False),
+                                   lower(DepthwisePointwiseOneKernel))
+
+
+def test_depthwise_pointwise_two_kernels_on_h200_by_its_cost():
+    """... but on the H200's roofline the two kernels apart are faster (fusion/pair_cost.py)."""
+    fuse_pass = hw.fusion_pass("nvidia-h200", pair_templates=BOTH_PAIRS)
+    tvm.ir.assert_structural_equal(fuse_pass(lower(DepthwisePointwise)), lower(DepthwisePointwiseTwoKernels))
+    (decision,) = fuse_pass.report.find("complex-pair")
+    assert not decision.fused and "< break-even" in decision.reason
 
 
 def test_depthwise_pointwise_two_kernels_on_rtx_3060():

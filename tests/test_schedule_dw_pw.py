@@ -5,7 +5,7 @@ CPU only except the last test. Checked:
   puts the ``dw_pw`` micro-graph's depthwise 3x3 (+BN+ReLU6) and pointwise 1x1 (+bias) in one
   PrimFunc, and MobileNetV2's bottleneck pairs it fuses (4 at batch 1 and 32 on the H200); the rule
   takes exactly those, and declines a depthwise or pointwise conv alone, conv+pool, and CPU targets;
-  without the knob the policy keeps the pair apart (the template is not a default pair yet);
+  by default the H200 keeps the pair apart (its cost rule: the fused kernel measured slower there);
 - :func:`supports_pair` says the same of the two PrimFuncs before fusion, and :func:`pair_plan`
   gives the tile the rule then picks;
 - its schedules compute what the unscheduled PrimFunc computes (thread loops made serial, both run
@@ -38,6 +38,7 @@ from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.pipeline import fused_module
+from tvm_fusion_hw.plans import TemplatePlanners
 from tvm_fusion_hw.schedules.base.probe import allocated_shared_bytes
 from tvm_fusion_hw.hardware.occupancy import occupancy
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
@@ -78,10 +79,23 @@ def is_dw_pw_kernel(func):
         and kinds[1][0] == ("pw", kinds[0][0][1])
 
 
+#: The pair judged as these tests were written for it: by the policy's own tile model (the pair's
+#: entry a plain check, no plan, no cost rule), which fuses MobileNetV2's four pairs on the H200.
+#: The default planners judge it by the template's plan and the profile's roofline
+#: (tests/test_fusion_profiles.py).
+CHECKED = TemplatePlanners(pairs={**hw_schedules.PAIR_TEMPLATES, PAIR: supports_pair},
+                           fused_by_default=KNOB, kernel_plan=hw_schedules.kernel_plan)
+
+
+def fuse_pass(target, **knobs):
+    """The fusion pass with the pair judged by the policy's tile model (:data:`CHECKED`)."""
+    return hw.HardwareAwareFuseOps(target, planners=CHECKED, **knobs)
+
+
 def fused_funcs(model, batch=1, target_name=H200, **knobs):
     target = hw.target(target_name)
     knobs.setdefault("pair_templates", KNOB)
-    fuse = hw.fusion_pass(target, **knobs)
+    fuse = fuse_pass(target, **knobs)
     return prim_funcs(fused_module(import_onnx(build(model, batch=batch)), target, fuse))
 
 
@@ -110,7 +124,7 @@ def dw_pw_model(c=16, cout=8, hw_=14, k=3, stride=1, pad=None, batch=1, bn=True,
 def fused_variant(**case):
     """The one PrimFunc of ``dw_pw_model(**case)`` that holds both convs (the pair forced)."""
     target = hw.target(H200)
-    fuse = hw.fusion_pass(target, pair_templates=(PAIR,), max_occupancy_drop=0.99)
+    fuse = fuse_pass(target, pair_templates=(PAIR,), max_occupancy_drop=0.99)
     funcs = prim_funcs(fused_module(import_onnx(dw_pw_model(**case)), target, fuse))
     pairs = [f for f in funcs.values() if is_dw_pw_kernel(f)]
     assert len(pairs) == 1, list(funcs)
@@ -209,10 +223,13 @@ def test_pair_plan_is_the_rules_tile(apart, fused, h200):
     assert pair_plan(dw, pw, LLVM) is None and pair_plan(pw, dw, h200) is None
 
 
-def test_pair_is_fused_only_with_the_knob(fused, apart):
-    assert PAIR in hw_schedules.PAIR_TEMPLATES and PAIR not in hw_schedules.FUSED_PAIR_TEMPLATES
+def test_pair_is_fused_on_the_h200_only_without_its_cost_rule(fused, apart):
+    """A default pair, which the H200 keeps apart by its cost rule (tests/test_fusion_profiles.py
+    has the profiles that fuse it); judged by the policy's tile model it fuses there."""
+    assert PAIR in hw_schedules.PAIR_TEMPLATES and PAIR in hw_schedules.FUSED_PAIR_TEMPLATES
     assert isinstance(hw_schedules.default_rules()[0], DepthwisePointwise)
-    default = fused_funcs("dw_pw", pair_templates=None)
+    target = hw.target(H200)
+    default = prim_funcs(fused_module(import_onnx(build("dw_pw")), target, hw.fusion_pass(target)))
     assert not any(map(is_dw_pw_kernel, default.values()))
     assert not any(map(is_dw_pw_kernel, apart["dw_pw"].values()))
     assert sum(map(is_dw_pw_kernel, fused[("dw_pw", 1)].values())) == 1
@@ -314,7 +331,7 @@ def sm90_dw_pw():
     for batch in (1, 32):
         mod = import_onnx(build("dw_pw", batch=batch), keep_params_in_input=True)
         out[batch] = tvm.compile(mod, target=target,
-                                 relax_pipeline=hw.get_pipeline(target, pair_templates=KNOB))
+                                 relax_pipeline=hw.get_pipeline(target, fuse_pass=fuse_pass(target, pair_templates=KNOB)))
     return out
 
 
@@ -345,7 +362,7 @@ def test_sm90_one_kernel_with_shared_tile_and_no_spills(sm90_dw_pw, fused, h200,
 def sm90_mobilenet():
     target = hw.target(H200)
     mod = import_onnx(build("mobilenet_v2", batch=1), keep_params_in_input=True)
-    return tvm.compile(mod, target=target, relax_pipeline=hw.get_pipeline(target, pair_templates=KNOB))
+    return tvm.compile(mod, target=target, relax_pipeline=hw.get_pipeline(target, fuse_pass=fuse_pass(target, pair_templates=KNOB)))
 
 
 def test_mobilenet_builds_for_sm90_with_the_pair_on(sm90_mobilenet, fused):
@@ -387,7 +404,8 @@ def test_builds_for_gfx942(fused):
     # The whole micro-graph through the pipeline: the policy's own tile model (128 pixels of all
     # channels) refuses the pair on 64 KiB of LDS, so its knobs make room.
     mod = import_onnx(build("dw_pw", batch=1), keep_params_in_input=True)
-    pipeline = hw.get_pipeline(target, pair_templates=KNOB, tile_warps=1, max_occupancy_drop=0.99)
+    pipeline = hw.get_pipeline(target, fuse_pass=fuse_pass(target, pair_templates=KNOB, tile_warps=1,
+                                                           max_occupancy_drop=0.99))
     measured = kernel_resources.measure(tvm.compile(mod, target=target, relax_pipeline=pipeline), target)
     # ... and MobileNetV2's batch-32 pairs (fused for the H200) scheduled for gfx942.
     rule = DepthwisePointwise()
@@ -411,7 +429,7 @@ def test_on_gpu_matches_the_pair_apart(model, batch):
     target, dev = hw.target(H200), tvm.cuda(0)
     outs, times = {}, {}
     for name, knob in (("apart", None), ("fused", KNOB)):
-        outs[name], vm, args = run_model(model, batch, target, hw.get_pipeline(target, pair_templates=knob), dev)
+        outs[name], vm, args = run_model(model, batch, target, hw.get_pipeline(target, fuse_pass=fuse_pass(target, pair_templates=knob)), dev)
         times[name] = vm.time_evaluator("main", dev, number=20, repeat=5)(*args).median * 1e3
     print(f"{model} b{batch}: pair apart {times['apart']:.3f} ms, DepthwisePointwise {times['fused']:.3f} ms")
     np.testing.assert_allclose(outs["fused"], outs["apart"], rtol=1e-4, atol=1e-4)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional, Tuple
 
@@ -40,6 +41,14 @@ class KernelPlan:
     shared_bytes: int  # shared memory (LDS) per block
     blocks: int = 0  # blocks of the launch (0: not planned)
     summary: str = ""  # the tile in words
+    #: the template's modelled time (0: not modelled); ``compute_s`` the same without its DRAM
+    #: floor and ``dram_s`` the floor (0: not separated), so that a policy can weigh the bytes a
+    #: plan moves against the work it does on another profile's roofline
+    time_s: float = 0.0
+    compute_s: float = 0.0
+    dram_s: float = 0.0
+    #: times the fused kernel computes each intermediate value (1: never recomputed)
+    recompute: int = 1
 
     def describe(self) -> str:
         """The plan's figures in a few words, for a decision's reason."""
@@ -61,8 +70,19 @@ def as_plan(answer: object, template: str = "") -> Optional[KernelPlan]:
     except (AttributeError, TypeError, ValueError):
         return None
     summary = answer.summary() if callable(getattr(answer, "summary", None)) else ""
+    figures = {name: _number(answer, name, 0.0) for name in ("time_s", "compute_s", "dram_s")}
     return KernelPlan(template or type(answer).__name__, threads, registers, shared,
-                      int(getattr(answer, "blocks", 0) or 0), summary)
+                      int(getattr(answer, "blocks", 0) or 0), summary,
+                      recompute=max(1, int(_number(answer, "recompute", 1))), **figures)
+
+
+def _number(answer: object, name: str, default: float) -> float:
+    """A tile's optional figure ``name``; ``default`` where it has none (or not a number)."""
+    try:
+        value = float(getattr(answer, name, default))
+    except (TypeError, ValueError):
+        return default
+    return value if math.isfinite(value) and value >= 0 else default  # NaN, inf or negative: none
 
 
 def plans_with_target(entry: Callable) -> bool:

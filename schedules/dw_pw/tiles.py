@@ -144,6 +144,12 @@ class DwPwTile:  # pylint: disable=too-many-instance-attributes
     issue_per_pass: float  # warp instructions of one block's pass, per warp
     time_s: float  # modelled kernel time
     score: float  # modelled fraction of the time the DRAM traffic alone takes
+    #: the modelled time without its DRAM floor (issue, staging latency, waves; launch included)
+    #: and the floor itself: a fusion policy weighs the two against the unfused kernels'
+    compute_s: float = 0.0
+    dram_s: float = 0.0
+    #: times each depthwise output is computed: once per block of ``FT`` output channels
+    recompute: int = 1
 
     @property
     def pixels(self) -> int:
@@ -327,6 +333,7 @@ def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
     if per_sm % resident:
         time += round_time(per_sm % resident)
     dram_s = problem.dram_bytes() / limits.profile.dram_bytes_per_s
+    without_floor_s = time + _LAUNCH_S
     time = max(time, dram_s) + _LAUNCH_S
     return DwPwTile(
         rows=rows,
@@ -347,6 +354,9 @@ def evaluate_tile(  # pylint: disable=too-many-arguments,too-many-locals
         issue_per_pass=issue,
         time_s=time,
         score=(dram_s + _LAUNCH_S) / time,
+        compute_s=without_floor_s,
+        dram_s=dram_s,
+        recompute=math.ceil(problem.out_channels / ft),
     )
 
 

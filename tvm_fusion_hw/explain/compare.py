@@ -27,6 +27,9 @@ TESTS: tuple[tuple[str, str, str, str], ...] = (
     ("plan_registers_per_thread", "registers_per_thread_limit", "registers per thread (plan)", "count"),
     ("estimated_registers", "register_budget", "registers per thread (estimate) against the budget", "count"),
     ("intensity_flop_per_byte", "ridge_flop_per_byte", "arithmetic intensity against the ridge point", "flop/B"),
+    ("break_even_ridge_flop_per_byte", "ridge_flop_per_byte",
+     "break-even ridge of the fused and apart plans against the ridge point", "flop/B"),
+    ("cost_fused_us", "cost_apart_us", "modelled time, fused against apart (us)", "count"),
     ("ops", "depth_cap", "ops against the depth cap", "count"),
 )
 

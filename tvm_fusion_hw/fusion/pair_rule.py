@@ -4,7 +4,9 @@
 :class:`~.policy.FusionPolicy`: on the schedule template's own plan of the fused kernel where the
 template gives one (the policy's :class:`~tvm_fusion_hw.plans.TemplatePlanners`), else on the
 policy's tile model of the intermediate in shared memory, each against the occupancy of the parts run apart. Every refusal says why, and
-a staged pair what its global round trip costs.
+a staged pair what its global round trip costs. A planned pair that fits is then weighed by
+:mod:`.pair_cost` where its template's model was measured: the fused plan's time against the two
+parts' on the profile's roofline, so the pair fuses only where the round trip it saves costs more.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from tvm_fusion_hw.hardware.occupancy import Occupancy, occupancy
 from tvm_fusion_hw.hardware.target import target as make_target
-from tvm_fusion_hw.plans import TemplatePlanners, ask_pair_template
+from tvm_fusion_hw.plans import KernelPlan, TemplatePlanners, ask_pair_template
 
 from .analysis import CONTRACTIONS, DEPTHWISE_CONV, POINTWISE_CONV, WINDOW_REDUCE, FuncInfo
 from .decisions import Decision
 from .group_view import GroupView
+from .pair_cost import pair_cost
 
 
 class ComplexPairRule:
@@ -77,7 +80,8 @@ class ComplexPairRule:
         """
         cfg, p = self.config, self.profile
         fused = occupancy(p, plan.threads_per_block, plan.registers_per_thread, plan.shared_bytes)
-        parts = [self._part_occupancy(producer), self._part_occupancy(consumer)]
+        part_plans = [self._part_plan(producer), self._part_plan(consumer)]
+        parts = [self._part_occupancy(g, pl) for g, pl in zip((producer, consumer), part_plans)]
         baseline, source = min(parts, key=lambda part: part[0].warps_per_multiprocessor)
         # From whole warps, so that a drop of exactly the limit is not lost to rounding.
         drop = round(1 - fused.warps_per_multiprocessor / max(baseline.warps_per_multiprocessor, 1), 6)
@@ -114,11 +118,21 @@ class ComplexPairRule:
                             f"{pair}: staged: {planned}: occupancy {_warps(baseline, source)} -> "
                             f"{_warps(fused, 'fused')} drops {drop:.0%} > {cfg.max_occupancy_drop:.0%}{staged}",
                             figures, staged=True)
+        fits = (f"{planned} fits {p.shared_memory_bytes_per_block / 1024:.0f} KiB shared/block; occupancy "
+                f"{_warps(baseline, source)} -> {_warps(fused, 'fused')} (limit {cfg.max_occupancy_drop:.0%} drop)")
+        cost = None if merged.cost.symbolic or not cfg.pair_cost else pair_cost(
+            p, plan, merged.cost.compulsory_bytes,
+            [(pl, g.cost.flops, g.cost.compulsory_bytes) for g, pl in zip((producer, consumer), part_plans)])
+        if cost is not None:  # the template's model was measured: weigh both plans' times
+            figures.update(cost.figures())
+            ridge = p.ridge_point_flop_per_byte
+            if not cost.fuses:
+                return Decision("complex-pair", producer.label, consumer.label, False,
+                                f"{pair}: apart: {fits}, but {cost.reason(ridge)}", figures)
+            return Decision("complex-pair", producer.label, consumer.label, True,
+                            f"{pair}: one kernel, {fits}; {cost.reason(ridge)}", figures)
         return Decision("complex-pair", producer.label, consumer.label, True,
-                        f"{pair}: one kernel, {planned} fits {p.shared_memory_bytes_per_block / 1024:.0f} KiB "
-                        f"shared/block; occupancy {_warps(baseline, source)} -> {_warps(fused, 'fused')} "
-                        f"(limit {cfg.max_occupancy_drop:.0%} drop); saves {merged.cost.saved_bytes / 1e6:.2f} MB",
-                        figures)
+                        f"{pair}: one kernel, {fits}; saves {merged.cost.saved_bytes / 1e6:.2f} MB", figures)
 
     def _modelled_pair(self, pair: str, pair_key: Optional[str], takes: bool, producer: GroupView,
                        consumer: GroupView, merged: GroupView, figures: Dict[str, object]) -> Decision:
@@ -197,11 +211,14 @@ class ComplexPairRule:
             return False, None, False
         return ask_pair_template(entry, first.func, second.func, self.gpu_target())
 
-    def _part_occupancy(self, group: GroupView) -> Tuple[Occupancy, str]:
-        """A pair's part left as its own kernel: the plan of the package's template that would
-        schedule its anchor alone, else the policy's estimate; and which of the two it is."""
+    def _part_plan(self, group: GroupView) -> Optional[KernelPlan]:
+        """The plan of the package's template that would schedule a pair's part's anchor alone."""
         anchor = group.anchor()
-        plan = self.planners.kernel_plan(anchor.func, self.gpu_target()) if anchor is not None else None
+        return self.planners.kernel_plan(anchor.func, self.gpu_target()) if anchor is not None else None
+
+    def _part_occupancy(self, group: GroupView, plan: Optional[KernelPlan]) -> Tuple[Occupancy, str]:
+        """A pair's part left as its own kernel: its template's ``plan``, else the policy's
+        estimate; and which of the two it is."""
         if plan is None:
             return self._occupancy_of(group), "unfused, policy estimate"
         return (occupancy(self.profile, plan.threads_per_block, plan.registers_per_thread, plan.shared_bytes),

@@ -12,7 +12,8 @@ from ../shared/fusion-rules.md:
 3. Shared memory: two complex ops (conv then pool, depthwise then pointwise) fuse only when a
    schedule template runs the pair, the fused kernel fits the profile's shared memory per block
    and registers per thread, and it keeps at least (1 - :attr:`PolicyConfig.max_occupancy_drop`) of
-   the unfused kernels' occupancy. The figures are the template's own plan where it gives one
+   the unfused kernels' occupancy; where the template's model was measured, the fused plan must
+   also beat the two kernels apart on the profile's roofline (:mod:`.pair_cost`). The figures are the template's own plan where it gives one
    (:mod:`tvm_fusion_hw.plans`: threads, registers and shared memory per block, against the unfused
    parts as their templates plan them), else the policy's tile model (the intermediate tile in
    shared memory). A pair that does not fit is staged: two kernels, one global round trip. This
@@ -111,6 +112,10 @@ class PolicyConfig:  # pylint: disable=too-many-instance-attributes
     #: runs as one kernel; None: the templates' own default (``TemplatePlanners.fused_by_default``).
     #: Other pairs stay apart.
     pair_templates: Optional[Tuple[str, ...]] = None
+    #: weigh a pair that fits by both plans' modelled times on the profile (fusion/pair_cost.py,
+    #: for templates whose model was measured); False fuses every pair that fits, e.g. to measure
+    #: the fused kernel where the model says it loses
+    pair_cost: bool = True
     #: let an epilogue take ops TVM annotates injective when the TIR shows them element-wise in
     #: the epilogue's value (inference batch_norm); stock FuseOps stops at them
     injective_epilogues: bool = True

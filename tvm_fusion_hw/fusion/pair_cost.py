@@ -1,0 +1,209 @@
+"""Whether a complex pair's fused kernel beats its two kernels apart, on the profile's roofline.
+
+A fused kernel that fits (shared memory, registers, occupancy: :mod:`.pair_rule`) can still lose:
+it saves the intermediate's global round trip, but pays for it in work the unfused kernels do not
+do (a depthwise output recomputed for every block of output channels, weights restaged per block,
+phases serialised behind barriers). Which side wins depends on the profile: the round trip costs
+bytes / bandwidth, the extra work FLOPs / peak, so a GPU short of bandwidth against its compute (a
+high ridge point, peak / bandwidth) gains from the fusion where a GPU rich in bandwidth loses.
+
+Both plans are costed from the templates' own plans on the profile::
+
+    fused:  t_f = max(k_fused * compute_s(fused plan),   B_fused / (eta * BW))
+    apart:  t_a = sum over the two parts of max(k_apart * time_s(part plan), B_part / (eta * BW))
+
+``compute_s`` is the fused template's modelled time without its DRAM floor, ``time_s`` a part's
+modelled time (its template's; the roofline bound for a part no template plans), ``B`` the
+compulsory DRAM bytes of the fusion's own cost analysis (the two parts together move the
+intermediate's round trip more than the fused kernel), ``BW`` the profile's DRAM bandwidth. The
+``k`` are the templates' measured model errors and ``eta`` the fraction of the bandwidth a streaming
+kernel reached, both measured on an H200 (:data:`CALIBRATIONS`, with their sources). The pair fuses
+where ``t_f < t_a``. The decision states it as the ridge point against the break-even ridge: the
+ridge (the profile's peak held, its bandwidth varied) at which the two plans' times meet.
+
+Only templates with a measured model error are weighed: the rule needs ``k``, and a guess would
+decide silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Sequence
+
+from tvm_fusion_hw.hardware.profile import HardwareProfile
+from tvm_fusion_hw.plans import KernelPlan
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """A pair template's model against measurement: ``(measured us, modelled us)`` per kernel."""
+
+    source: str
+    fused: tuple[tuple[str, float, float], ...]  # the fused kernels
+    apart: tuple[tuple[str, float, float], ...]  # the two unfused kernels of the same pairs, summed
+    #: (kernel, compulsory bytes, measured us, bandwidth B/s) of memory-bound kernels measured there
+    streaming: tuple[tuple[str, float, float, float], ...]
+
+    @property
+    def k_fused(self) -> float:
+        """Median measured / modelled time of the fused kernels."""
+        return statistics.median(m / p for _, m, p in self.fused)
+
+    @property
+    def k_apart(self) -> float:
+        """Median measured / modelled time of the unfused pairs."""
+        return statistics.median(m / p for _, m, p in self.apart)
+
+    @property
+    def dram_efficiency(self) -> float:
+        """Median fraction of the DRAM bandwidth the streaming kernels reached."""
+        return statistics.median(b / (us * 1e-6) / bw for _, b, us, bw in self.streaming)
+
+
+_H200_DW_PW = ("bench/results/2026-11-30-h200-dw-pw/kernels.md (H200, measured per kernel) against "
+               "the templates' models at commit 36d7c83 on the nvidia-h200 profile")
+
+#: Measured model errors, keyed by the fused plan's template. DepthwisePointwise: the dw_pw
+#: micro-graph (32x144x56x56 -> 24) and MobileNetV2's four pairs fused in that run, batch 1 and 32;
+#: apart, the same pairs as DepthwiseConv + ImplicitGemm (the rows whose both kernels were listed).
+#: Streaming: the depthwise kernels at batch 32 (input + output, 4.8 TB/s).
+CALIBRATIONS: dict[str, Calibration] = {
+    "DepthwisePointwise": Calibration(
+        source=_H200_DW_PW,
+        fused=(
+            ("dw_pw b32", 119.73, 43.7), ("dw_pw b1", 10.83, 6.5),
+            ("mobilenet_v2 b32 conv2d1+conv2d2", 99.14, 34.9),
+            ("mobilenet_v2 b32 conv2d4+conv2d5", 221.32, 41.6),
+            ("mobilenet_v2 b32 conv2d9+conv2d10", 102.49, 23.2),
+            ("mobilenet_v2 b32 conv2d14+conv2d15", 57.74, 17.1),
+            ("mobilenet_v2 b1 conv2d1+conv2d2", 7.45, 4.7),
+            ("mobilenet_v2 b1 conv2d4+conv2d5", 12.03, 5.7),
+            ("mobilenet_v2 b1 conv2d9+conv2d10", 19.29, 8.4),
+            ("mobilenet_v2 b1 conv2d14+conv2d15", 19.39, 8.7),
+        ),
+        apart=(
+            ("dw_pw b32", 36.01 + 37.60, 55.1), ("dw_pw b1", 3.88 + 5.46, 7.0),
+            ("mobilenet_v2 b32 conv2d1 + conv2d2", 35.07 + 31.82, 41.7),
+            ("mobilenet_v2 b32 conv2d4 + conv2d5", 60.37 + 26.88, 69.3),
+        ),
+        streaming=(
+            ("dw_pw b32 depthwise", 4.0 * 32 * 144 * 56 * 56 * 2, 36.01, 4.8e12),
+            ("mobilenet_v2 b32 conv2d4", 4.0 * 32 * 96 * (112 * 112 + 56 * 56), 60.37, 4.8e12),
+        ),
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class PartCost:
+    """One side of the comparison: a kernel's modelled time and its DRAM floor."""
+
+    what: str  # "DepthwiseConv plan", "roofline"
+    modelled_s: float  # the model's time, corrected by the measured error
+    floor_s: float  # compulsory bytes at the achieved bandwidth
+    bytes: int
+
+    @property
+    def time_s(self) -> float:
+        return max(self.modelled_s, self.floor_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairCost:
+    """Both plans of a pair on one profile, and the verdict."""
+
+    fused: PartCost
+    parts: tuple[PartCost, PartCost]
+    calibration: Calibration
+    recompute: int
+    break_even_ridge: float | None  # None: the plans never meet (one side wins at any ridge)
+
+    @property
+    def apart_s(self) -> float:
+        return sum(p.time_s for p in self.parts)
+
+    @property
+    def fuses(self) -> bool:
+        return self.fused.time_s < self.apart_s
+
+    def figures(self) -> dict[str, object]:
+        cal = self.calibration
+        return {
+            "cost_fused_us": round(self.fused.time_s * 1e6, 2),
+            "cost_apart_us": round(self.apart_s * 1e6, 2),
+            "cost_fused_bytes": self.fused.bytes,
+            "cost_apart_bytes": sum(p.bytes for p in self.parts),
+            "cost_parts": " + ".join(f"{p.what} {p.time_s * 1e6:.2f} us" for p in self.parts),
+            "recompute": self.recompute,
+            "break_even_ridge_flop_per_byte": None if self.break_even_ridge is None
+            else round(self.break_even_ridge, 1),
+            "model_error_fused": round(cal.k_fused, 3),
+            "model_error_apart": round(cal.k_apart, 3),
+            "dram_efficiency": round(cal.dram_efficiency, 3),
+            "calibration": cal.source,
+        }
+
+    def reason(self, ridge: float) -> str:
+        """Which figure decided, in words: the ridge against the break-even, both plans' times."""
+        f, apart = self.fused, self.apart_s
+        plans = (f"fused {f.time_s * 1e6:.1f} us ({f.bytes / 1e6:.2f} MB, depthwise computed "
+                 f"{self.recompute}x) vs apart {apart * 1e6:.1f} us "
+                 f"({sum(p.bytes for p in self.parts) / 1e6:.2f} MB: "
+                 + " + ".join(f"{p.what} {p.time_s * 1e6:.1f}" for p in self.parts) + ")")
+        if self.break_even_ridge is None:
+            side = "the round trip costs more than the fused kernel's extra work at any ridge" if self.fuses \
+                else "the fused kernel's extra work costs more than the round trip at any ridge"
+            return f"ridge {ridge:.1f} FLOP/B, no break-even: {side}; {plans}"
+        side = ">=" if ridge >= self.break_even_ridge else "<"
+        if self.fuses:
+            return (f"ridge {ridge:.1f} FLOP/B {side} break-even {self.break_even_ridge:.1f}: the "
+                    f"intermediate's round trip costs more than the fused kernel's extra work; {plans}")
+        return (f"ridge {ridge:.1f} FLOP/B {side} break-even {self.break_even_ridge:.1f}: the fused "
+                f"kernel's extra work costs more than the round trip it saves; {plans}")
+
+
+def _part(plan: KernelPlan | None, flops: float, nbytes: int, profile: HardwareProfile,
+          k: float, eta: float, bandwidth: float) -> PartCost:
+    floor = nbytes / (eta * bandwidth)
+    if plan is None or plan.time_s <= 0:  # no template plans it: its roofline bound
+        return PartCost("roofline", flops / profile.peak_fp32_flop_per_s, floor, nbytes)
+    return PartCost(f"{plan.template} plan", k * plan.time_s, floor, nbytes)
+
+
+def pair_cost(profile: HardwareProfile, fused_plan: KernelPlan, fused_bytes: int,
+              parts: Sequence[tuple[KernelPlan | None, float, int]]) -> PairCost | None:
+    """Cost both plans of a pair; None when the fused plan's template has no measured model error
+    (or gives no modelled time). ``parts`` are ``(plan or None, FLOPs, compulsory bytes)``."""
+    cal = CALIBRATIONS.get(fused_plan.template)
+    work = fused_plan.compute_s or fused_plan.time_s
+    if cal is None or work <= 0 or len(parts) != 2:
+        return None
+    eta = cal.dram_efficiency
+
+    def costs(bandwidth: float):
+        fused = PartCost(f"{fused_plan.template} plan", cal.k_fused * work,
+                         fused_bytes / (eta * bandwidth), fused_bytes)
+        return fused, tuple(_part(p, fl, b, profile, cal.k_apart, eta, bandwidth) for p, fl, b in parts)
+
+    fused, apart = costs(profile.dram_bytes_per_s)
+    return PairCost(fused, apart, cal, fused_plan.recompute,
+                    _break_even(profile, costs))
+
+
+def _break_even(profile: HardwareProfile, costs) -> float | None:
+    """The ridge (peak / bandwidth, the peak held) where fused and apart take the same time, by
+    bisection on the bandwidth over four decades either side of the profile's; the modelled
+    times are held (only the DRAM floors move). None where the sign never changes."""
+    def gain(bandwidth: float) -> float:  # > 0: fusing wins
+        fused, apart = costs(bandwidth)
+        return sum(p.time_s for p in apart) - fused.time_s
+
+    low, high = profile.dram_bytes_per_s * 1e-4, profile.dram_bytes_per_s * 1e4
+    low_wins = gain(low) > 0
+    if low_wins == (gain(high) > 0):
+        return None
+    for _ in range(100):
+        mid = (low * high) ** 0.5
+        low, high = (mid, high) if (gain(mid) > 0) == low_wins else (low, mid)
+    return profile.peak_fp32_flop_per_s / ((low * high) ** 0.5)
