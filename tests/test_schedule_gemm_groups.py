@@ -48,6 +48,7 @@ CASES = [  # (n, c, size, f, groups, kernel, stride): ResNeXt's 32 x 4..8, RegNe
     (2, 64, 9, 64, 8, 3, 2),
     (1, 48, 7, 96, 6, 3, 1),
     (2, 24, 5, 36, 3, 1, 1),
+    (1, 32, 56, 32, 2, 3, 1),  # RegNetX-400MF's first stage: 16 a group, once tiled 32 wide
 ]
 
 
@@ -59,8 +60,9 @@ def test_grouped_conv_is_a_gemm_per_group(n, c, size, f, group_count, kernel, st
     out_size = (size + 2 * (kernel // 2) - kernel) // stride + 1
     assert (problem.batch, problem.cols) == (group_count, f // group_count)
     assert (problem.rows, problem.depth) == (n * out_size * out_size, c // group_count * kernel * kernel)
-    assert tile.block_cols <= 2 * max(16, f // group_count)  # J is not mostly padding
-    assert_schedule_preserves_numerics(func, sch)
+    assert problem.exact_cols and (f // group_count) % tile.block_cols == 0  # no padded column
+    # spills into the next group's channels (the reversed block order shows the overlap)
+    assert_schedule_preserves_numerics(func, sch, blocks_reversed=True)
 
 
 def test_grouped_conv_with_its_epilogue():
@@ -68,7 +70,7 @@ def test_grouped_conv_with_its_epilogue():
     with H200:
         problem, _, sch = ImplicitGemm().schedule_best(func, H200)
     assert problem.batch == 4
-    assert_schedule_preserves_numerics(func, sch)
+    assert_schedule_preserves_numerics(func, sch, blocks_reversed=True)
 
 
 def test_what_is_not_grouped_stays_as_it_was():

@@ -173,7 +173,8 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
     batch, rows, cols, depth = extents
     if rows == 1 or cols == 1:
         return None  # a GEMV: dlight's GEMV rule (a reduction per output) fits it better
-    problem = GemmProblem(batch, rows, cols, depth, 4, rows_contiguous, spatial_inner, vector_inner)
+    problem = GemmProblem(batch, rows, cols, depth, 4, rows_contiguous, spatial_inner, vector_inner,
+                          exact_cols=_shares_output_axis(stmt))
     return problem, gemm
 
 
@@ -185,6 +186,24 @@ def _last_axis_goes_to_rows(c_map: tirx.IndexMap, ndim: int) -> bool:
         return any(v.same_as(variables[-1]) for v in tirx.analysis.undefined_vars(expr, []))
 
     return uses_last(s_i_j[1]) and not uses_last(s_i_j[2])
+
+
+def _shares_output_axis(stmt: s_tir.SBlock) -> bool:
+    """Whether one output index moves with two spatial iterators that both index the weights
+    (``C[n, g * J + o, ...]`` of a grouped conv): S and J then share that output axis."""
+    weights = stmt.reads[1].region
+    spatial = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
+
+    def iterators(expr):
+        used = tirx.analysis.undefined_vars(expr, [])
+        return [s for s in spatial if any(v.same_as(s) for v in used)]
+
+    in_weights = [s for s in spatial if any(s in iterators(r.min) for r in weights)]
+    for rng in stmt.writes[0].region:
+        shared = [s for s in iterators(rng.min) if s in in_weights]
+        if len(shared) >= 2:
+            return True
+    return False
 
 
 def _rows_align(stmt: s_tir.SBlock, read: int, lanes: int) -> bool:

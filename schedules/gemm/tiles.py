@@ -138,6 +138,9 @@ class GemmProblem:
     #: A, B: indexed by the I/J iterator itself there (a matrix, not a conv's im2col window), with
     #: rows a whole number of vectors long, so a copy may move a vector at once
     fetch_vector_inner: Tuple[bool, bool] = (False, False)
+    #: J must not be padded: the output indexes one axis by S and J together (a grouped conv's
+    #: channel g * J + o), so a padded column would write the next group's outputs
+    exact_cols: bool = False
 
     @property
     def flops(self) -> int:
@@ -218,6 +221,8 @@ def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile
                         [(True, True)] if config.async_copy and problem.depth // split_k >= _MIN_ASYNC_DEPTH else [])
                     for (prefetch, by_async), width in itertools.product(ways, config.vector_widths):
                         if micro_rows % width or micro_cols % width:
+                            continue
+                        if problem.exact_cols and problem.cols % (thread_cols * micro_cols):
                             continue
                         if width > 1 and prefetch and not by_async and threads > _MAX_PREFETCH_VECTOR_THREADS:
                             continue
