@@ -78,46 +78,112 @@ def _verdict(decision) -> str:
     return "FUSE" if decision.fused else ("stage" if decision.staged else "apart")
 
 
+def decided_by(entry: dict) -> str:
+    """One profile's verdict on a decision and the figure that made it, in a few words."""
+    verdict, fig, reason = entry["verdict"], entry.get("figures", {}), entry.get("reason", "")
+    if verdict == "-":
+        return "-"
+    if "break_even_ridge_flop_per_byte" in fig:
+        ridge, even = fig["ridge_flop_per_byte"], fig["break_even_ridge_flop_per_byte"]
+        return (f"{verdict}: ridge {ridge:.1f} {'>=' if ridge >= even else '<'} {even:.1f} "
+                f"({fig['cost_fused_us']:.0f} vs {fig['cost_apart_us']:.0f} us)")
+    if entry["verdict"] == "stage" and "occupancy_drop" in fig and "drops" in reason:
+        return f"{verdict}: occupancy -{fig['occupancy_drop']:.0%}"
+    if "exceed the depth cap" in reason:
+        return f"{verdict}: {fig.get('ops')} ops > cap {fig.get('depth_cap')}"
+    if verdict == "FUSE" and "occupancy_drop" in fig:
+        return f"{verdict}: fits, occupancy -{max(fig['occupancy_drop'], 0):.0%}"
+    if verdict == "FUSE" and "depth_cap" in fig and "ops" in fig:
+        return f"{verdict}: {fig['ops']} ops <= cap {fig['depth_cap']}"
+    return f"{verdict}: {_short(reason.split(': ', 1)[-1], 50)}"
+
+
 def _short(text: str, limit: int = 220) -> str:
     text = text.replace("|", "/")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: what decided a row, from the pair its reasons name (or the rule)
+KINDS = ("depthwise -> pointwise", "conv -> pool", "depth cap", "other")
+
+
+def kind_of(row: dict) -> str:
+    reasons = " ".join(p.get("reason", "") for p in row["profiles"].values())
+    if "depthwise_conv -> pointwise_conv" in reasons:
+        return KINDS[0]
+    if "-> window" in reasons:
+        return KINDS[1]
+    return KINDS[2] if "depth" in row["rule"] else KINDS[3]
+
+
+def fusion_differs(row: dict) -> bool:
+    """Whether some profile fuses the decision's two groups and another does not (a different
+    kernel), not only a different reason to keep them apart (``stage`` against ``apart``)."""
+    verdicts = {p["verdict"] for p in row["profiles"].values()} - {"-"}
+    return "FUSE" in verdicts and len(verdicts) > 1
+
+
 def markdown(result: dict) -> str:
     """The table: counts first, then per model the decisions that differ."""
-    names = result["profiles"]
+    names = sorted(result["profiles"], key=lambda n: (n != "nvidia-h200", n))  # the reference first
     entries = result["entries"]
+    fusing = {(e["model"], e["batch"]) for e in entries if any(map(fusion_differs, e["differences"]))}
     lines = ["# Fusion decisions that differ between profiles", "",
              (f"Corpus: {len(result['models'])} models x batch {', '.join(map(str, result['batches']))} x "
               f"{len(names)} profiles, fusion only (no build). Reproduce: see README.md here."), ""]
     for batch in result["batches"]:
         at = [e for e in entries if e["batch"] == batch]
         differ = [e for e in at if e["differences"]]
+        grouped = [e for e in at if (e["model"], batch) in fusing]
         lines.append(f"- batch {batch}: {len(differ)} of {len(at)} models have at least one decision "
-                     f"that differs between profiles")
+                     f"that differs between profiles; in {len(grouped)} a pair is fused on one profile "
+                     f"and not on another (different kernels)")
     any_batch = {e["model"] for e in entries if e["differences"]}
-    lines += [f"- either batch: {len(any_batch)} of {len(result['models'])} models", ""]
+    any_fusing = {m for m, _ in fusing}
+    lines += [(f"- either batch: {len(any_batch)} of {len(result['models'])} models differ in a decision, "
+               f"{len(any_fusing)} in their kernels: {', '.join(sorted(any_fusing))}"), ""]
+    errors = [e for e in entries if e.get("error")]
+    lines += [f"- not fused (error): {e['model']} b{e['batch']}: {e['error']}" for e in errors]
+    lines += [""] if errors else []
     lines += [("Models with a difference, per profile (the profile's verdict differs from the most "
                "common one on at least one decision; kernels per profile in the JSON):"), "",
-              "| profile | ridge FLOP/B | models (b1) | models (b32) |", "| --- | ---: | ---: | ---: |"]
+              "| profile | ridge FLOP/B | models (b1) | models (b32) | pairs fused (b1) | pairs fused (b32) |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for name in names:
-        counts = []
+        counts, fused = [], []
         for batch in result["batches"][:2]:
-            counts.append(sum(1 for e in entries if e["batch"] == batch and any(
-                _odd_one(r, name) for r in e["differences"])))
-        lines.append(f"| {name} | {result['ridge'][name]:.1f} | " + " | ".join(map(str, counts)) + " |")
+            at = [e for e in entries if e["batch"] == batch]
+            counts.append(sum(1 for e in at if any(_odd_one(r, name) for r in e["differences"])))
+            fused.append(sum(1 for e in at for r in e["differences"]
+                             if fusion_differs(r) and r["profiles"][name]["verdict"] == "FUSE"))
+        lines.append(f"| {name} | {result['ridge'][name]:.1f} | " + " | ".join(map(str, counts + fused)) + " |")
+    lines += ["", ("Where the kernels differ, by the rule that decided: per profile, the pairs (or chains) "
+                   "it fuses that another profile does not fuse, batch 1 / batch 32:"), "",
+              "| profile | " + " | ".join(KINDS) + " |", "| --- |" + " ---: |" * len(KINDS)]
+    for name in names:
+        cells = []
+        for kind in KINDS:
+            counts = [sum(1 for e in entries if e["batch"] == batch for r in e["differences"]
+                          if fusion_differs(r) and kind_of(r) == kind and r["profiles"][name]["verdict"] == "FUSE")
+                      for batch in result["batches"][:2]]
+            cells.append(" / ".join(map(str, counts)))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("")
     for entry in entries:
         if not entry["differences"]:
             continue
         lines += [f"## {entry['model']}, batch {entry['batch']}", "",
-                  "kernels: " + ", ".join(f"{k} {v}" for k, v in entry["kernels"].items()), "",
-                  "| decision | " + " | ".join(names) + " | why |",
-                  "| --- | " + " | ".join("---" for _ in names) + " | --- |"]
+                  "kernels: " + ", ".join(f"{n} {entry['kernels'].get(n, '?')}" for n in names), "",
+                  ("Each cell: the verdict and the figure that decided it (ridge against the break-even "
+                   "ridge with both plans' modelled times, occupancy drop, depth cap); the JSON has "
+                   "every reason and figure and explain's comparison (`why`)."), "",
+                  "| decision | " + " | ".join(names) + " |",
+                  "| --- | " + " | ".join("---" for _ in names) + " |"]
         for row in entry["differences"]:
-            verdicts = [row["profiles"][n]["verdict"] for n in names]
-            lines.append(f"| {_short(row['producer'], 60)} -> {_short(row['consumer'], 60)} [{row['rule']}] | "
-                         + " | ".join(verdicts) + f" | {_short(row['why'], 400)} |")
+            cells = [decided_by(row["profiles"][n]) for n in names]
+            mark = " **kernels differ**" if fusion_differs(row) else ""
+            lines.append(f"| {_short(row['producer'], 60)} -> {_short(row['consumer'], 60)} [{row['rule']}]{mark} | "
+                         + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -134,7 +200,13 @@ def main() -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--models", nargs="+")
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 32])
+    parser.add_argument("--markdown-only", action="store_true",
+                        help="rewrite profile_differences.md from the JSON already in --out")
     args = parser.parse_args()
+    if args.markdown_only:
+        result = json.loads((args.out / "profile_differences.json").read_text())
+        (args.out / "profile_differences.md").write_text(markdown(result))
+        return 0
 
     from tvm_fusion_hw.models import corpus  # pylint: disable=import-outside-toplevel
 

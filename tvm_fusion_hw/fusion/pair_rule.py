@@ -17,7 +17,13 @@ from tvm_fusion_hw.hardware.occupancy import Occupancy, occupancy
 from tvm_fusion_hw.hardware.target import target as make_target
 from tvm_fusion_hw.plans import KernelPlan, TemplatePlanners, ask_pair_template
 
-from .analysis import CONTRACTIONS, DEPTHWISE_CONV, POINTWISE_CONV, WINDOW_REDUCE, FuncInfo
+from .analysis import (
+    CONTRACTIONS,
+    DEPTHWISE_CONV,
+    POINTWISE_CONV,
+    WINDOW_REDUCE,
+    FuncInfo,
+)
 from .decisions import Decision
 from .group_view import GroupView
 from .pair_cost import pair_cost
