@@ -187,14 +187,14 @@ REGRESSION_NOTES = {
                          "outputs (a broadcast of them)': batch_norm's statistics counted as output); "
                          "fixed in fusion/policy.py (_widest_output_bytes)",
     "depthwise_conv1d_padded": "stock TVM fails (dlight asserts); the plugin builds it: keep it so",
+    "grouped_conv2d_unpadded": "stock TVM fails: dlight's Reduction schedule of an unpadded grouped conv "
+                               "fails in LowerCrossThreadReduction ('Cross-thread reduction requires all "
+                               "the reduction-related loops to be the deepest'); GuardedSchedule now lowers "
+                               "dlight's schedules alone and hands it to GeneralReduction",
+    "grouped_conv1d_strided": "the same LowerCrossThreadReduction failure on a grouped conv1d (stock too), "
+                              "handed on the same way",
 }
-XFAIL = {
-    "grouped_conv2d_unpadded": "stock TVM fails too: dlight's Reduction schedule of an unpadded grouped "
-                               "conv fails in LowerCrossThreadReduction ('Cross-thread reduction requires "
-                               "all the reduction-related loops to be the deepest'), after scheduling, "
-                               "where GuardedSchedule does not verify dlight's rules",
-    "grouped_conv1d_strided": "the same LowerCrossThreadReduction failure on a grouped conv1d (stock too)",
-}
+XFAIL: dict = {}  # none left: the two below failed in stock TVM too, until 2026-12-01
 
 
 def _regression_params():

@@ -125,6 +125,22 @@ def test_builds_where_stock_fails():
     assert not refused.fused and refused.reason.startswith("the epilogue writes 196x the pointwise_conv's outputs")
 
 
+def test_a_dlight_schedule_that_fails_lowering_is_handed_on():
+    """A grouped 5x5 conv with 3 channels a group: no template takes it, and dlight's Reduction
+    schedules it in a way TVM's LowerCrossThreadReduction rejects, which fails stock TVM's build.
+    The guard lowers dlight's schedules alone and gives the kernel to the next rule."""
+    target = hw.target(H200)
+    mod = relax.transform.LiftTransformParams()(import_onnx(build("fuzz:fuzz_seed0013"), keep_params_in_input=True))
+    with pytest.raises(Exception, match="Cross-thread reduction requires"):
+        tvm.compile(mod, target=target, relax_pipeline=hw.stock_pipeline(target))
+    pipeline = hw.get_pipeline(target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cuda_source(tvm.compile(mod, target=target, relax_pipeline=pipeline))
+    (handed,) = [f for f in pipeline.schedule_pass.log.fallbacks if f.stage == "lower"]
+    assert handed.rule == "Reduction" and handed.taken_by == "GeneralReduction"
+
+
 def kernel_names_of(pipeline):
     return [g.kernel for g in pipeline.fuse_pass.report.groups if g.kernel]
 

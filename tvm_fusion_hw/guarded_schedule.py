@@ -13,8 +13,10 @@ once, where one bad kernel fails them all. :class:`GuardedSchedule` stands where
    ``verify="device"`` also compiles its CUDA source with nvcc, as the runtime would when it
    loads the module; a failure is recorded and the next rule is asked;
 3. asks dlight's rules (Matmul, GEMV, Reduction, GeneralReduction, Fallback); one that raises
-   (as ``Matmul`` does on squeeze-and-excitation kernels at batch 32, in stock TVM too) hands the
-   kernel to the next, so the plugin builds where stock TVM fails.
+   (as ``Matmul`` does on squeeze-and-excitation kernels at batch 32, in stock TVM too), or whose
+   schedule fails TVM's lowering (``Reduction`` on some grouped convs: "cross-thread reduction
+   requires all the reduction-related loops to be the deepest", stock too), hands the kernel to
+   the next, so the plugin builds where stock TVM fails. The last, ``Fallback``, takes anything.
 
 Every hand-over is one :class:`Fallback` in :attr:`GuardedSchedule.log` and one warning line.
 The mechanism wraps rules from outside, so it holds for any template, written or not yet.
@@ -120,6 +122,17 @@ def build_alone(name: str, func: tirx.PrimFunc, target: Target) -> tvm.runtime.M
     return tvm.tirx.build(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target=target)
 
 
+def lower_alone(name: str, func: tirx.PrimFunc, target: Target) -> None:
+    """``func`` through TVM's TIR lowering alone, no code generation: where dlight's schedules
+    fail (a cross-thread reduction whose loops are not the deepest) they fail here, for a
+    fraction of a build."""
+    mod = tvm.IRModule({name: func.with_attr("global_symbol", name)})
+    host = target.host if target.host is not None else Target({"kind": "llvm"})
+    mod = tvm.tirx.transform.BindTarget(Target(target, host))(mod)
+    pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(target)
+    pipeline(mod)
+
+
 def device_compile(built: tvm.runtime.Module, target: Target) -> None:
     """Compile a built kernel's CUDA source with nvcc, as the runtime compiles it at load time
     (nothing where nvcc or CUDA source is absent)."""
@@ -143,11 +156,12 @@ def schedule_kernel(name: str, func: tirx.PrimFunc, target: Target, templates: S
     """``func`` scheduled by the first rule that takes it without failing; None if none takes it.
 
     ``templates`` are verified by building them alone (see the module docstring);
-    ``fallback_rules`` (dlight's) are trusted as stock TVM trusts them, but one that raises hands
-    the kernel on. Failures go to ``log``.
+    ``fallback_rules`` (dlight's) by lowering them alone, all but the last (dlight's Fallback,
+    which takes anything); one that raises or fails hands the kernel on. Failures go to ``log``.
     """
     failed: List[Fallback] = []
     chosen, rule_name = None, ""
+    last = fallback_rules[-1] if fallback_rules else None
     for rule, verified in [(r, True) for r in templates] + [(r, False) for r in fallback_rules]:
         rule_name = type(rule).__name__
         stage = "schedule"
@@ -163,6 +177,9 @@ def schedule_kernel(name: str, func: tirx.PrimFunc, target: Target, templates: S
                 if verify == "device":
                     stage = "device"
                     device_compile(built, target)
+            elif verify != "none" and rule is not last:
+                stage = "lower"
+                lower_alone(name, scheduled, target)
         except Exception as error:  # pylint: disable=broad-except
             # Any failure of a rule or of its kernel's build: never the build's end.
             failed.append(Fallback(name, rule_name, stage, one_line(error)))
