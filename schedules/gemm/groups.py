@@ -68,11 +68,9 @@ def _fold_group_division(func: tirx.PrimFunc, block: s_tir.SBlock, position: int
     reindexing refuses."""
     group, channel = block.iter_vars[position].var, block.iter_vars[position + 1].var
 
-    def split_of(expr):
-        if isinstance(expr, tirx.Add) and expr.b.same_as(channel) and isinstance(expr.a, tirx.Mul) \
-                and expr.a.a.same_as(group) and const_int(expr.a.b) == width:
-            return True
-        return False
+    def split_of(expr) -> bool:  # g * width + o
+        return (isinstance(expr, tirx.Add) and expr.b.same_as(channel) and isinstance(expr.a, tirx.Mul)
+                and expr.a.a.same_as(group) and const_int(expr.a.b) == width)
 
     def fold(expr):
         if isinstance(expr, (tirx.FloorDiv, tirx.FloorMod)) and const_int(expr.b) == width and split_of(expr.a):
