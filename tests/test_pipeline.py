@@ -42,8 +42,9 @@ def test_other_profiles_match_stock_numerics(runner, model, profile):
 
 
 def test_pipeline_differs_from_stock_only_in_fusion_and_schedules():
-    """Same passes as TVM's CUDA pipeline, in the same order: FuseOps swapped, dead blocks
-    dropped after FuseTIR, and the schedule with the plugin's templates first."""
+    """Same passes as TVM's CUDA pipeline, in the same order: SafePower before LegalizeOps,
+    FuseOps swapped, dead blocks dropped after FuseTIR, and the schedule with the plugin's
+    templates first."""
     from tvm.relax.backend.cuda import pipeline as cuda
 
     target = hw.target("nvidia-h200")
@@ -53,6 +54,8 @@ def test_pipeline_differs_from_stock_only_in_fusion_and_schedules():
         ours = [p.info.name for p in hw.pipeline.legalize_passes(target, fuse, schedules)]
         expected = []
         for name in stock:
+            if name == "LegalizeOps":
+                expected.append("SafePower")
             renamed = {"FuseOps": "HardwareAwareFuseOps", "ApplyDefaultSchedule": "GuardedSchedule" if schedules
                        else "ApplyDefaultSchedule"}
             expected.append(renamed.get(name, name))
