@@ -168,3 +168,22 @@ def test_rocm_kernels_are_checked_with_the_toolchain_configured():
         sched(fused)
     assert not sched.log.fallbacks, sched.log.fallbacks
     assert set(sched.log.rules.values()) == {"VectorizedElementwise"}
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="TVM 0.27: dlight's Fallback inlines the epilogue of a reduction whose "
+                                       "reduced extent is 1 into both its init and its update (the epilogue "
+                                       "applied twice); fuzz seed 17 is 0.15 off onnxruntime on the H200")
+def test_dlight_fallback_keeps_a_unit_reduction_right():
+    """A 1x1 conv of one input channel (K = 1) with its BatchNorm, sigmoid and a broadcast add,
+    fused by the plugin: no template takes it, and dlight's Fallback schedule must compute what
+    the PrimFunc does (serially on the CPU)."""
+    from tvm_fusion_hw.pipeline import fused_module
+    from tir_checks import assert_schedule_preserves_numerics, prim_funcs
+
+    target = hw.target(H200)
+    mod = relax.transform.LiftTransformParams()(import_onnx(build("fuzz:fuzz_seed0017"), keep_params_in_input=True))
+    funcs = prim_funcs(fused_module(mod, target, hw.fusion_pass(target)))
+    (func,) = [f for name, f in funcs.items() if name.startswith("fused_conv2d")]
+    with target:
+        sch = s_tir.dlight.gpu.Fallback().apply(func, target, False)
+    assert_schedule_preserves_numerics(func, sch)
