@@ -1,12 +1,16 @@
 """Which rule schedules each kernel of every corpus model (H200 profile, batch 1 and 32).
 
-Fusion and scheduling as ``get_pipeline`` runs them, without building (``verify="none"``): per
-model and batch, the kernels on a template, on dlight, and any template that fell back. Writes
-JSON (``--out``). Usage: ``python bench/corpus_schedules.py --out FILE [--batches 1 32]``.
+Fusion and scheduling as ``get_pipeline`` runs them under ``hw.pass_context``, each template's
+kernel built alone as the guard builds it (``--verify``, default ``build``; ``none`` is faster and
+counts what the templates match): per model and batch, the kernel calls on a template, on dlight,
+the same for the conv and matmul kernels (named ``conv``/``matmul``/``dense`` by TVM), and any
+template that fell back. Writes JSON (``--out``).
+Usage: ``python bench/corpus_schedules.py --out FILE [--batches 1 32] [--verify build]``.
 """
 
 import argparse
 import json
+import re
 import warnings
 
 import tvm
@@ -24,6 +28,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 32])
     ap.add_argument("--profile", default="nvidia-h200")
+    ap.add_argument("--verify", default="build", choices=("build", "none"))
     args = ap.parse_args()
     target = hw.target(args.profile)
     dlight = {type(r).__name__ for r in dlight_rules()}
@@ -33,15 +38,17 @@ def main() -> None:
         for batch in args.batches:
             mod = relax.transform.LiftTransformParams()(
                 import_onnx(build(f"corpus:{name}", batch=batch), keep_params_in_input=True))
-            fused = fused_module(mod, target, hw.fusion_pass(target))
-            sched = schedule_pass(verify="none")
-            with target:
+            with target, hw.pass_context(target):
+                fused = fused_module(mod, target, hw.fusion_pass(target))
+                sched = schedule_pass(verify=args.verify)
                 sched(fused)
             calls = kernel_names(fused)
             rules = sched.log.rules
             on_dlight = [k for k in calls if rules.get(k) in dlight]
+            gemms = [k for k in calls if re.search(r"conv|matmul|dense", k)]
             rows.append({"model": name, "batch": batch, "kernels": len(calls),
                          "on_template": len(calls) - len(on_dlight), "on_dlight": len(on_dlight),
+                         "conv_matmul": len(gemms), "conv_matmul_on_dlight": sorted(k for k in gemms if k in on_dlight),
                          "dlight_rules": sorted({rules[k] for k in on_dlight}),
                          "fallbacks": [str(f) for f in sched.log.fallbacks]})
             print(name, batch, rows[-1]["on_template"], rows[-1]["on_dlight"], flush=True)
