@@ -246,6 +246,13 @@ class FusionPolicy:
             return Decision(rule, producer.label, consumer.label, False,
                             f"the epilogue writes {widest / anchor.output_bytes:.0f}x the {anchor.kind}'s "
                             f"outputs (a broadcast of them): it runs as its own kernel", self._figures(merged))
+        if anchor is not None and anchor.reduction_extents and math.prod(anchor.reduction_extents) == 1:
+            # A reduction over one element (a 1x1 conv of one input channel). No template takes
+            # it, and dlight's Fallback (TVM 0.27) inlines a fused epilogue into both its init and
+            # its update: the epilogue applied twice, a wrong result (tests/test_guarded_schedule.py).
+            return Decision(rule, producer.label, consumer.label, False,
+                            f"the {anchor.kind} reduces over one element, where dlight's Fallback would "
+                            f"apply a fused epilogue twice: it runs as its own kernel", self._figures(merged))
         return self._register_check(rule, producer, consumer, merged,
                                     "epilogue applied in registers")
 
