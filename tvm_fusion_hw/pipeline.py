@@ -239,7 +239,8 @@ def fused_module(
     """``mod`` lowered and fused, before scheduling: one PrimFunc per kernel.
 
     The legalization prefix of TVM's pipeline (LegalizeOps, AnnotateTIROpPattern, FoldConstant),
-    then ``fuse_pass`` (stock FuseOps when omitted), then FuseTIR.
+    then ``fuse_pass`` (stock FuseOps when omitted), then FuseTIR; with ``fuse_pass`` also
+    :class:`SafePower` first and EliminateDeadBlocks last, as :func:`get_pipeline` runs them.
     """
     passes = [
         *([SafePower()] if fuse_pass is not None else []),  # as get_pipeline does
