@@ -15,20 +15,23 @@ _TIMED = re.compile(r"\] (\S+) b(\d+): (\w+) ([\d.]+) ms, rel err (\S+)$")
 _AGAINST = re.compile(r"\] (\S+) b(\d+): against onnxruntime (.*)$")
 
 
+def _row(rows: dict, model: str, batch: int) -> dict:
+    return rows.setdefault((model, batch), {"model": model, "batch": batch, "accuracy": {},
+                                            "accuracy_onnxruntime": {}, "times_s": {}})
+
+
 def rows_of_log(path: Path) -> dict:
     """Result rows (the fields this table reads) from a runner log."""
     rows: dict = {}
     for line in path.read_text().splitlines():
         if (timed := _TIMED.search(line)):
             model, batch, lib, ms, err = timed.groups()
-            row = rows.setdefault((model, int(batch)), {"model": model, "batch": int(batch), "accuracy": {},
-                                                      "accuracy_onnxruntime": {}, "times_s": {}})
+            row = _row(rows, model, int(batch))
             row["accuracy"][lib] = {"rel_l2": float(err), "finite": err != "nan"}
             row["times_s"][lib] = float(ms) / 1e3
         elif (against := _AGAINST.search(line)):
             model, batch, pairs = against.groups()
-            row = rows.setdefault((model, int(batch)), {"model": model, "batch": int(batch), "accuracy": {},
-                                                      "accuracy_onnxruntime": {}, "times_s": {}})
+            row = _row(rows, model, int(batch))
             for pair in pairs.split(", "):
                 lib, err = pair.rsplit(" ", 1)
                 row["accuracy_onnxruntime"][lib] = {"rel_l2": float(err)}

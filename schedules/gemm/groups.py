@@ -24,9 +24,9 @@ def _floor_divs(expr) -> Iterator[tirx.FloorDiv]:
     """Every ``a // b`` inside an index expression (sums, products, divisions of iterators)."""
     if isinstance(expr, tirx.FloorDiv):
         yield expr
-    for child in ("a", "b"):
-        if isinstance(expr, (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod)):
-            yield from _floor_divs(getattr(expr, child))
+    if isinstance(expr, (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod)):
+        yield from _floor_divs(expr.a)
+        yield from _floor_divs(expr.b)
 
 
 def _group_axis(stmt: s_tir.SBlock) -> Optional[Tuple[int, int]]:

@@ -82,10 +82,9 @@ def parse_variant(spec: str) -> VariantSpec:
     """``NAME:MODEL:KEY=VALUE,...`` -> :class:`VariantSpec` (knobs checked by PolicyConfig)."""
     name, _, rest = spec.partition(":")
     model, _, body = rest.rpartition(":")  # a model name may hold one ("corpus:resnet18")
-    parts = [name, model, body] if model else []
-    if len(parts) != 3 or not parts[2].strip():
+    if not model or not body.strip():
         raise FusionHWError(f"--variant {spec!r}: expected NAME:MODEL:KEY=VALUE[,KEY=VALUE...]")
-    name, model, body = (p.strip() for p in parts)
+    name, model, body = name.strip(), model.strip(), body.strip()
     if not _NAME.fullmatch(name) or name in RESERVED:
         raise FusionHWError(f"--variant {spec!r}: name {name!r} must be letters, digits, _ . - and not "
                             f"one of {', '.join(sorted(RESERVED))}")
