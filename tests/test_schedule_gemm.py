@@ -15,6 +15,9 @@ CPU only except the last test. Checked:
 - ``cp.async``: only on sm_80+ under ``hw.pass_context`` (TVM's ``tirx.use_async_copy``); its tiles
   double-buffer shared memory (within the static limit), stage no registers, compute the same,
   and build for sm_90 with ``cp.async`` in the source and no spills;
+- a reduction over one element (a 1x1 conv of one input channel, a ``[M, 1] x [1, N]`` matmul) and
+  K shorter than the K steps: taken (one K step of exactly K), computing the same with a fused
+  epilogue (dlight's Fallback miscompiles that), built for sm_90 on the template without spills;
 - on a CUDA GPU (marked ``gpu``): ResNet-50 with and without the rule gives the same outputs.
 """
 
@@ -26,7 +29,7 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from tvm import s_tir
+from tvm import relax, s_tir
 from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
@@ -280,6 +283,101 @@ def test_sm90_async_builds_use_cp_async_without_spills(model, batch):
     for name, kernel in ptxas_kernels(source).items():
         assert kernel.spill_store_bytes == 0 and kernel.spill_load_bytes == 0, name
         assert kernel.static_shared_bytes <= 48 * 1024, name  # static shared memory
+
+
+# ---- (6) a reduction over one element (K = 1), and K shorter than the K steps ------------------
+def _unit_k_module(kind, m, n, k=1, epilogue=True):
+    """A conv (1x1, ``k`` input channels on ``m`` x ``m`` pixels, ``n`` output channels) or a
+    ``[m, k] x [k, n]`` matmul, with a bias add and ReLU after it where ``epilogue``."""
+    bb = relax.BlockBuilder()
+    if kind == "conv":
+        x = relax.Var("x", relax.TensorType((2, k, m, m), "float32"))
+        w = relax.Var("w", relax.TensorType((n, k, 1, 1), "float32"))
+        b = relax.Var("b", relax.TensorType((1, n, 1, 1), "float32"))
+    else:
+        x = relax.Var("x", relax.TensorType((m, k), "float32"))
+        w = relax.Var("w", relax.TensorType((k, n), "float32"))
+        b = relax.Var("b", relax.TensorType((n,), "float32"))
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(x, w) if kind == "conv" else relax.op.matmul(x, w))
+            if epilogue:
+                y = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(y, b))))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _only_kernel(mod):
+    """The one PrimFunc stock fusion makes of ``mod`` (the epilogue fused: the case dlight's
+    Fallback miscompiles when K = 1, see test_guarded_schedule)."""
+    funcs = prim_funcs(fused_module(mod, hw.target(H200)))
+    assert len(funcs) == 1, sorted(funcs)
+    return next(iter(funcs.values()))
+
+
+SHORT_K = [  # (kind, m, n, k): ragged I and J, K of one element and K under the K steps (8, 16, 32)
+    ("conv", 11, 8, 1),  # fuzz seed 17's conv: 2 x 11 x 11 pixels, 8 channels
+    ("conv", 7, 37, 1),
+    ("matmul", 64, 96, 1),
+    ("matmul", 50, 33, 1),
+    ("conv", 9, 24, 3),  # an RGB input's 1x1 conv: BK 3, an odd pitch without padding
+    ("matmul", 40, 70, 20),  # BK 20 (one step) or 8 and 16
+]
+
+
+@pytest.mark.parametrize("kind, m, n, k", SHORT_K)
+def test_short_k_gemms_are_taken_and_compute_the_same(kind, m, n, k):
+    func = _only_kernel(_unit_k_module(kind, m, n, k))
+    planned = plan(func, hw.target(H200))
+    assert planned is not None
+    problem, tile, sch = planned
+    assert problem.depth == k
+    assert tile.depth_step <= k and tile.split_k == 1
+    if k == 1:
+        assert tile.depth_step == 1 and not tile.prefetch  # one step: nothing to overlap
+    assert_schedule_preserves_numerics(func, sch, blocks_reversed=True)
+    # every ranked tile the rule would try schedules to the same result
+    for tile in ImplicitGemm.rank(problem, gpu_limits(hw.target(H200)), ImplicitGemm.Config())[1:3]:
+        with hw.target(H200):
+            other = ImplicitGemm().schedule_tile(func, hw.target(H200), tile)
+        assert_schedule_preserves_numerics(func, other)
+
+
+def test_unit_k_rejects_a_padded_k_step():
+    """K = 1 is a spatial iterator once normalised: a hand-made tile that pads it is refused."""
+    target = hw.target(H200)
+    func = _only_kernel(_unit_k_module("matmul", 64, 96))
+    _, tile, _ = plan(func, target)
+    with target:
+        assert ImplicitGemm().schedule_tile(func, target, dataclasses.replace(tile, depth_step=8)) is None
+
+
+def test_unit_k_depth_steps():
+    problem = gemm_tiles.GemmProblem(1, 64, 96, 1, 4, False, (False, True))
+    config = ImplicitGemm.Config()
+    assert gemm_tiles.depth_steps(problem, config) == [1]
+    assert gemm_tiles.depth_steps(dataclasses.replace(problem, depth=20), config) == [8, 16, 20]
+    assert gemm_tiles.depth_steps(dataclasses.replace(problem, depth=576), config) == list(config.depth_steps)
+
+
+@pytest.mark.parametrize("kind", ["conv", "matmul"])
+def test_unit_k_builds_for_sm90_on_the_template(kind):
+    """Through the plugin's pipeline under hw.pass_context: the K = 1 kernel is ImplicitGemm's
+    (not dlight's), no fallback, no spills."""
+    target = hw.target(H200)
+    pipeline = get_pipeline(target)
+    with hw.pass_context(target):
+        source = cuda_source(tvm.compile(_unit_k_module(kind, 28, 64), target=target, relax_pipeline=pipeline))
+    log = pipeline.schedule_pass.log
+    assert "ImplicitGemm" in set(log.rules.values()) and not log.fallbacks, (log.rules, log.fallbacks)
+    gemms = [name for name, rule in log.rules.items() if rule == "ImplicitGemm"]
+    for name in gemms:
+        assert "__shared__" in kernel_body(source, f"{name}_kernel"), name
+    if not toolchain.have_nvcc():
+        pytest.skip("nvcc not found")
+    for name, kernel in ptxas_kernels(source).items():
+        assert kernel.spill_store_bytes == kernel.spill_load_bytes == 0, name
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------

@@ -46,7 +46,6 @@ from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.dlight.gpu.matmul import (
     auto_inline_consumer_chain,
     auto_inline_producers,
-    get_index_map,
     get_reduction_blocks,
 )
 from tvm.target import Target
@@ -55,6 +54,7 @@ from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int
 
 from .groups import split_groups
+from .normalize import gemm_index_maps
 from .tiles import K_MAJOR_PAD, GemmConfig, GemmProblem, GemmTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV
@@ -139,7 +139,7 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
     dtypes = {str(r.source.dtype) for r in stmt.reads} | {str(stmt.writes[0].source.dtype)}
     if dtypes != {"float32"}:
         return None
-    maps = get_index_map(stmt)
+    maps = gemm_index_maps(stmt)
     if maps is None:
         return None
     # Scalar blocks with no loops (ReLU6's clip bounds after legalization) would stop rfactor
@@ -157,11 +157,11 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
     vector_inner = tuple(_last_index_is_spatial(stmt, i, bare=True) and _rows_align(stmt, i, _ASYNC_VECTOR)
                          for i in (0, 1))
 
-    # dlight's normalisation: C[S, I, J] += A[S, I, K] * B[S, J, K]
+    # dlight's normalisation: C[S, I, J] += A[S, I, K] * B[S, J, K] (K may be one element: .normalize)
     reindex_a = sch.reindex(gemm, ("read", 0))
     reindex_b = sch.reindex(gemm, ("read", 1))
     reindex_c = sch.reindex(gemm, ("write", 0))
-    matmul_map, a_map, b_map, c_map = get_index_map(sch.get(gemm))
+    matmul_map, a_map, b_map, c_map = gemm_index_maps(sch.get(gemm))
     sch.transform_layout(reindex_a, ("write", 0), a_map)
     sch.transform_layout(reindex_b, ("write", 0), b_map)
     sch.transform_layout(reindex_c, ("read", 0), c_map)
@@ -227,6 +227,9 @@ def _last_index_is_spatial(stmt: s_tir.SBlock, read: int, bare: bool = False) ->
 def _schedule(  # pylint: disable=too-many-locals
     sch: s_tir.Schedule, problem: GemmProblem, tile: GemmTile, gemm: SBlockRV
 ) -> None:
+    if problem.depth == 1 and tile.depth_step * tile.split_k != 1:
+        # a unit K is a spatial iterator after normalisation (.normalize): padding it would redo the init
+        raise ValueError("a GEMM with K = 1 takes one K step of one element")
     sch.pad_einsum(gemm, [1, tile.block_rows, tile.block_cols, tile.depth_step * tile.split_k])
     batch, rows, cols, depth = sch.get_loops(gemm)
     final = None
@@ -304,7 +307,7 @@ def _cooperative_fetch(  # pylint: disable=too-many-arguments
 
     Consecutive threads copy along the axis that is contiguous in global memory (K for weights
     and row-major matrices, output pixels for a conv's input). Scalar tiles pad rows to an odd
-    pitch (BK + 1) so copies along pixels and the compute's reads hit distinct banks; vector tiles
+    pitch (BK + 1, or BK where it is odd) so copies along pixels and the compute's reads hit distinct banks; vector tiles
     are stored K-major (``[1, BK, B]``, rows of B + 4) so a thread's run of outputs is contiguous.
     With ``async_copy`` the copy is left global -> shared for ``cp.async`` (the pipeline doubles
     the buffer); with ``prefetch`` alone it goes through registers.
@@ -332,7 +335,8 @@ def _cooperative_fetch(  # pylint: disable=too-many-arguments
     if k_major:
         sch.transform_layout(fetch, ("write", 0), lambda s, x, k: (s, k, x))
         sch.storage_align(fetch, 0, axis=1, factor=32, offset=K_MAJOR_PAD)
-    else:
+    elif depth_step % 2 == 0:
+        # an odd pitch (BK + 1); an odd BK (a K shorter than the K steps tried) is one already
         sch.storage_align(fetch, 0, axis=1, factor=depth_step, offset=1)
     if prefetch and not async_copy:
         # global -> registers -> shared, so the pipeline can issue the next step's loads early

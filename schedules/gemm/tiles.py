@@ -214,10 +214,12 @@ def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile
         if threads % limits.profile.warp_size or threads > limits.profile.max_threads_per_block:
             continue
         for micro_rows, micro_cols in config.micro_shapes:
-            for depth_step in config.depth_steps:
+            for depth_step in depth_steps(problem, config):
                 for split_k in _splits(problem, depth_step, config):
-                    # (prefetch, by cp.async): none, through registers, and by cp.async where enabled
-                    ways = [(False, False), (True, False)] + (
+                    # (prefetch, by cp.async): none, through registers, and by cp.async where enabled;
+                    # a K loop of one step has nothing to overlap its loads with
+                    one_step = problem.depth <= depth_step * split_k
+                    ways = [(False, False)] + ([] if one_step else [(True, False)]) + (
                         [(True, True)] if config.async_copy and problem.depth // split_k >= _MIN_ASYNC_DEPTH else [])
                     for (prefetch, by_async), width in itertools.product(ways, config.vector_widths):
                         if micro_rows % width or micro_cols % width:
@@ -234,6 +236,18 @@ def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile
                             tiles.append(tile)
     tiles.sort(key=lambda t: (t.time_s, -t.block_rows * t.block_cols, t.split_k, not t.prefetch, not t.async_stages))
     return tiles
+
+
+def depth_steps(problem: GemmProblem, config) -> List[int]:
+    """The K steps (BK) tried: ``config.depth_steps`` up to K, and K itself where it is shorter
+    than the longest of them (one step, nothing padded). A GEMM of K = 1 takes only that: its K is
+    a spatial iterator after normalisation (:mod:`.normalize`) and cannot be padded."""
+    if problem.depth == 1:
+        return [1]
+    steps = [d for d in config.depth_steps if d <= problem.depth]
+    if problem.depth < max(config.depth_steps) and problem.depth not in steps:
+        steps.append(problem.depth)
+    return steps
 
 
 def _splits(problem: GemmProblem, depth_step: int, config) -> List[int]:
@@ -310,11 +324,11 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
 
 def _shared_elements(block_rows: int, block_cols: int, depth_step: int, vector_width: int) -> int:
     """Elements of the A and B tiles as the schedule (:mod:`.gemm`'s ``_cooperative_fetch``) pads
-    them: rows of BK + 1 (scalar reads), or K-major rows of BM (or BN) + 4 (vector reads stay
+    them: rows of BK + 1, or BK where it is odd (scalar reads), or K-major rows of BM (or BN) + 4 (vector reads stay
     16-byte aligned)."""
     if vector_width > 1:
         return depth_step * (block_rows + block_cols + 2 * K_MAJOR_PAD)
-    return (block_rows + block_cols) * (depth_step + 1)
+    return (block_rows + block_cols) * (depth_step + 1 - depth_step % 2)
 
 
 def _ceil_to(value: int, step: int) -> int:
