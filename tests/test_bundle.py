@@ -80,6 +80,9 @@ def test_bundle_layout(llvm_bundle):
     assert not (tvm_dir / "lib" / "libtvm_compiler.so").exists()
     assert not list(tvm_dir.rglob("__pycache__")) and not (tvm_dir / "3rdparty").exists()
     assert (out / "run.py").is_file() and (out / "builders" / "tvm_fusion_hw" / "models").is_dir()
+    # the corpus' PyTorch constructors (the runner's PyTorch columns), not the exporter
+    corpus_dir = out / "builders" / "tvm_fusion_hw" / "models" / "corpus"
+    assert (corpus_dir / "torch_source.py").is_file() and not (corpus_dir / "export.py").exists()
     # the runner is run.py and the two files it imports from its folder, byte for byte the package's
     for name, src in runtime.runner_files().items():
         assert (out / name).read_bytes() == src.read_bytes(), name
@@ -137,6 +140,19 @@ def test_runner_runtime_only(llvm_bundle, tmp_path):
         assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", llvm_bundle[1]["commit"])
     kernels = (results / "kernels.md").read_text()
     assert "## eltwise5 b1" in kernels and "### eltwise5_split: 5 kernel calls" in kernels
+
+
+def test_runner_torch_only_without_torch(llvm_bundle, tmp_path):
+    """--torch-only runs no TVM library; --torch-warm without torch is a log line, not a failure."""
+    out, _ = llvm_bundle
+    results = tmp_path / "results"
+    done = _run(out, results, _isolated_env(tmp_path), "--torch-only", "--torch", "compile_graphs",
+                "--torch-warm", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "--torch-warm: torch not importable, no warm-up" in done.stderr
+    for row in json.loads((results / "results.json").read_text())["rows"]:
+        assert row["times_s"] == {} and not row["errors"] and "weights" not in row, row
+        assert {"TVM libraries not run (--torch-only)", "torch not importable: no PyTorch columns"} <= set(row["notes"])
 
 
 def test_runner_rebuilds_exact_weights(llvm_bundle, tmp_path):

@@ -6,9 +6,11 @@ no network, no TVM, no GPU needed), not in the plugin's environment::
     python3 models/corpus/export.py --out /tmp/corpus --jobs 8      # every model, 8 processes
     python3 models/corpus/export.py --out /tmp/corpus --only resnet18,bert
 
-Each model is built with random weights (torchvision ``weights=None``, timm ``pretrained=False``,
-transformers from a Config with 2 layers), its parameters drawn again so that none is a constant
-(BatchNorm statistics, LayerNorm scales, zero biases), and exported with ``torch.onnx.export``
+Each model is built by ``torch_source.build`` from the constructor table there (shared with the
+bundle runner, which times the same modules in PyTorch): random weights (torchvision
+``weights=None``, timm ``pretrained=False``, transformers from a Config with 2 layers), its
+parameters drawn again so that none is a constant (BatchNorm statistics, LayerNorm scales, zero
+biases), wrapped to one tensor output; then exported with ``torch.onnx.export``
 (the TorchScript exporter, ``dynamo=False``, opset 17; the dynamo exporter if that fails) with a
 symbolic batch dimension ``batch`` on every input and output. onnx.checker checks it and
 onnxruntime runs it at batch 2 against torch's output, so the symbolic batch is known to work.
@@ -22,8 +24,8 @@ structured float tensors) is kept byte for byte. ``value_info`` is dropped (shap
 again). The graph is written xz-compressed as ``NAME.onnx.xz``, beside ``NAME.json`` (what was
 built and how) and, at the end, ``manifest.json`` with every entry, failures included.
 
-Only the standard library and onnx are imported at module level, so ``strip_model`` runs (and is
-tested) without torch.
+Only the standard library, numpy, onnx and ``torch_source`` (standard library only) are imported at
+module level, so ``strip_model`` runs (and is tested) without torch.
 """
 
 from __future__ import annotations
@@ -43,117 +45,21 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+try:
+    from . import torch_source
+except ImportError:  # run as a script (no tvm_fusion_hw on the GPU box): this folder is sys.path[0]
+    import torch_source  # type: ignore[no-redef]
+
 OPSET = 17
-SEQ = 128
 #: float initializers below this many elements are kept as they are
 MIN_STRIP = 64
 #: ... and so are those with at most this many distinct values (masks, constant fills)
-MAX_DISTINCT = 16
+MAX_DISTINCT = torch_source.MAX_DISTINCT
 STRIPPED_LOCATION = "stripped"
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                onnx.TensorProto.BFLOAT16}
 
-_TV = "torchvision.models"
-_SEG = "torchvision.models.segmentation"
-_BART = ("d_model=768, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=3072, decoder_ffn_dim=3072, "
-         "encoder_attention_heads=12, decoder_attention_heads=12")
-_LLAMA = ("hidden_size=512, intermediate_size=1376, num_hidden_layers=2, num_attention_heads=8, "
-          "num_key_value_heads=4, vocab_size=32000, max_position_embeddings=512")
-
-#: (name, family, library, constructor, inputs, notes). ``inputs`` is image224, image299, text
-#: (input_ids + attention_mask) or causal (input_ids only). The constructor is evaluated as written.
-SPECS = [
-    ("resnet18", "resnet", "torchvision", f"{_TV}.resnet18(weights=None)", "image224", ""),
-    ("resnet50", "resnet", "torchvision", f"{_TV}.resnet50(weights=None)", "image224", ""),
-    ("wide_resnet50_2", "resnet", "torchvision", f"{_TV}.wide_resnet50_2(weights=None)", "image224", ""),
-    ("resnext50_32x4d", "resnet", "torchvision", f"{_TV}.resnext50_32x4d(weights=None)", "image224",
-     "grouped 3x3 convs (32 groups)"),
-    ("regnet_x_400mf", "regnet", "torchvision", f"{_TV}.regnet_x_400mf(weights=None)", "image224",
-     "grouped convs"),
-    ("regnet_y_400mf", "regnet", "torchvision", f"{_TV}.regnet_y_400mf(weights=None)", "image224",
-     "grouped convs, squeeze-and-excitation"),
-    ("mobilenet_v2", "mobilenet", "torchvision", f"{_TV}.mobilenet_v2(weights=None)", "image224",
-     "depthwise convs, ReLU6"),
-    ("mobilenet_v3_large", "mobilenet", "torchvision", f"{_TV}.mobilenet_v3_large(weights=None)", "image224",
-     "hardswish, squeeze-and-excitation"),
-    ("mobilenet_v3_small", "mobilenet", "torchvision", f"{_TV}.mobilenet_v3_small(weights=None)", "image224",
-     "hardswish, squeeze-and-excitation"),
-    ("efficientnet_b0", "efficientnet", "torchvision", f"{_TV}.efficientnet_b0(weights=None)", "image224",
-     "SiLU, squeeze-and-excitation"),
-    ("efficientnet_v2_s", "efficientnet", "torchvision", f"{_TV}.efficientnet_v2_s(weights=None)", "image224",
-     "fused MBConv, SiLU, squeeze-and-excitation"),
-    ("densenet121", "densenet", "torchvision", f"{_TV}.densenet121(weights=None)", "image224",
-     "dense concat, pre-activation BatchNorm"),
-    ("googlenet", "inception", "torchvision",
-     f"{_TV}.googlenet(weights=None, aux_logits=False, init_weights=False)", "image224", "branch concat"),
-    ("inception_v3", "inception", "torchvision",
-     f"{_TV}.inception_v3(weights=None, aux_logits=False, init_weights=False)", "image299",
-     "asymmetric 1x7/7x1 kernels, branch concat"),
-    ("shufflenet_v2_x1_0", "shufflenet", "torchvision", f"{_TV}.shufflenet_v2_x1_0(weights=None)", "image224",
-     "channel shuffle (reshape-transpose-reshape), split"),
-    ("squeezenet1_0", "squeezenet", "torchvision", f"{_TV}.squeezenet1_0(weights=None)", "image224",
-     "fire modules, concat"),
-    ("alexnet", "vgg", "torchvision", f"{_TV}.alexnet(weights=None)", "image224", "11x11 stride-4 conv, LRN-free"),
-    ("vgg11_bn", "vgg", "torchvision", f"{_TV}.vgg11_bn(weights=None)", "image224", "large FC layers"),
-    ("mnasnet1_0", "mnasnet", "torchvision", f"{_TV}.mnasnet1_0(weights=None)", "image224", "5x5 depthwise"),
-    ("convnext_tiny", "convnext", "torchvision", f"{_TV}.convnext_tiny(weights=None)", "image224",
-     "7x7 depthwise, channels-last LayerNorm, GELU MLP, layer scale"),
-    ("vit_b_16", "vit", "torchvision", f"{_TV}.vit_b_16(weights=None)", "image224", "12 layers, M=197"),
-    ("swin_t", "swin", "torchvision", f"{_TV}.swin_t(weights=None)", "image224",
-     "shifted windows (roll, window partition reshapes)"),
-    ("maxvit_t", "maxvit", "torchvision", f"{_TV}.maxvit_t(weights=None)", "image224",
-     "MBConv + block/grid attention"),
-    ("lraspp_mobilenet_v3_large", "segmentation", "torchvision",
-     f"{_SEG}.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None)", "image224",
-     "bilinear upsampling; output['out']"),
-    ("deeplabv3_mobilenet_v3_large", "segmentation", "torchvision",
-     f"{_SEG}.deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None, aux_loss=False)", "image224",
-     "ASPP (dilated convs, global pool), bilinear upsampling; output['out']"),
-    ("fcn_resnet50", "segmentation", "torchvision",
-     f"{_SEG}.fcn_resnet50(weights=None, weights_backbone=None, aux_loss=False)", "image224",
-     "dilated ResNet-50, bilinear upsampling; output['out']"),
-    ("deit_tiny", "vit", "timm", "timm.create_model('deit_tiny_patch16_224', pretrained=False)", "image224", ""),
-    ("timm_resnet26d", "resnet", "timm", "timm.create_model('resnet26d', pretrained=False)", "image224",
-     "deep stem, average-pool downsampling"),
-    ("efficientnet_lite0", "efficientnet", "timm", "timm.create_model('efficientnet_lite0', pretrained=False)",
-     "image224", "ReLU6, no SE"),
-    ("mobilevit_xs", "mobilevit", "timm", "timm.create_model('mobilevit_xs', pretrained=False)", "image224",
-     "conv + transformer, unfold/fold reshapes"),
-    ("poolformer_s12", "metaformer", "timm", "timm.create_model('poolformer_s12', pretrained=False)", "image224",
-     "average-pool token mixer, GroupNorm"),
-    ("levit_128s", "levit", "timm", "timm.create_model('levit_128s', pretrained=False)", "image224",
-     "attention with learned bias, hardswish, BatchNorm on linear layers"),
-    ("mixer_b16", "mlp-mixer", "timm", "timm.create_model('mixer_b16_224', pretrained=False)", "image224",
-     "token-mixing MLP (transposes)"),
-    ("ghostnet_100", "ghostnet", "timm", "timm.create_model('ghostnet_100', pretrained=False)", "image224",
-     "ghost modules (cheap depthwise + concat), SE"),
-    ("hrnet_w18_small", "hrnet", "timm", "timm.create_model('hrnet_w18_small', pretrained=False)", "image224",
-     "parallel resolutions, nearest upsampling + add"),
-    ("dla34", "dla", "timm", "timm.create_model('dla34', pretrained=False)", "image224", "tree aggregation concat"),
-    ("bert", "bert", "transformers",
-     "transformers.BertModel(transformers.BertConfig(num_hidden_layers=2, attn_implementation='eager'))",
-     "text", "BERT-base width, 2 layers; output last_hidden_state"),
-    ("distilbert", "bert", "transformers",
-     "transformers.DistilBertModel(transformers.DistilBertConfig(n_layers=2, attn_implementation='eager'))",
-     "text", "2 layers; output last_hidden_state"),
-    ("roberta", "bert", "transformers",
-     "transformers.RobertaModel(transformers.RobertaConfig(num_hidden_layers=2, attn_implementation='eager'))",
-     "text", "2 layers, position ids from input_ids (cumsum); output last_hidden_state"),
-    ("gpt2", "gpt", "transformers",
-     "transformers.GPT2Model(transformers.GPT2Config(n_layer=2, attn_implementation='eager'))",
-     "causal", "GPT-2 small width, 2 layers, causal mask; output last_hidden_state"),
-    ("llama", "llama", "transformers",
-     f"transformers.LlamaModel(transformers.LlamaConfig({_LLAMA}, attn_implementation='eager'))",
-     "causal", "RMSNorm, rotary embeddings, SwiGLU, grouped-query attention, causal mask"),
-    ("t5_encoder", "t5", "transformers",
-     "transformers.T5EncoderModel(transformers.T5Config(num_layers=2, num_decoder_layers=2, "
-     "attn_implementation='eager'))", "text",
-     "t5-small width, 2 layers, relative position buckets; output last_hidden_state"),
-    ("bart_encoder", "bart", "transformers",
-     f"transformers.BartModel(transformers.BartConfig({_BART}, attn_implementation='eager')).get_encoder()",
-     "text", "bart-base width, 2 encoder layers; output last_hidden_state"),
-]
-SPEC = {spec[0]: spec for spec in SPECS}
+SPECS, SPEC = torch_source.SPECS, torch_source.SPEC  # the table lives beside: the runner reads it too
 
 
 # ---------------------------------------------------------------------------- stripping (no torch)
@@ -214,69 +120,6 @@ def strip_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
 
 # ---------------------------------------------------------------------------- export (torch)
 
-def _randomize(model) -> None:
-    """Draw every float parameter and BatchNorm statistic again (seeded), so that none is constant."""
-    import torch  # pylint: disable=import-outside-toplevel
-
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
-            if not tensor.is_floating_point() or tensor.numel() < 2:
-                continue
-            leaf = name.rsplit(".", 1)[-1]
-            is_param = isinstance(tensor, torch.nn.Parameter)
-            if leaf == "running_var":
-                tensor.copy_(torch.rand(tensor.shape, generator=gen) + 0.5)
-            elif leaf == "running_mean":
-                tensor.copy_(torch.randn(tensor.shape, generator=gen) * 0.1)
-            elif not is_param or len(torch.unique(tensor)) > MAX_DISTINCT:
-                continue  # a buffer (masks, tables) or an already random weight
-            elif tensor.dim() == 1 and bool((tensor == 1).all()):  # norm scales, layer scale
-                tensor.copy_(torch.rand(tensor.shape, generator=gen) + 0.5)
-            else:  # zero biases and the like
-                tensor.copy_(torch.randn(tensor.shape, generator=gen) * 0.02)
-
-
-class _Wrap:
-    """Module factory: a single-tensor output whatever the library returns."""
-
-    @staticmethod
-    def make(model, kind: str):
-        import torch  # pylint: disable=import-outside-toplevel
-
-        class Wrapped(torch.nn.Module):
-            def __init__(self, inner):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, *args):
-                if kind in ("text", "causal"):
-                    names = ["input_ids", "attention_mask"][:len(args)]
-                    out = self.inner(**dict(zip(names, args)), return_dict=False)
-                    return out[0]
-                out = self.inner(*args)
-                if isinstance(out, dict):
-                    return out["out"]
-                return out
-
-        return Wrapped(model).eval()
-
-
-def _inputs(kind: str, batch: int):
-    import torch  # pylint: disable=import-outside-toplevel
-
-    gen = torch.Generator().manual_seed(1)
-    if kind.startswith("image"):
-        size = 299 if kind == "image299" else 224
-        return [("input", torch.randn(batch, 3, size, size, generator=gen))]
-    ids = torch.randint(3, 1000, (batch, SEQ), generator=gen, dtype=torch.int64)
-    if kind == "causal":
-        return [("input_ids", ids)]
-    mask = torch.ones(batch, SEQ, dtype=torch.int64)
-    mask[-1, SEQ - 16:] = 0  # padding in the last sample, so no tracer path assumes "no padding"
-    return [("input_ids", ids), ("attention_mask", mask)]
-
-
 def _library_version(library: str) -> str:
     import importlib  # pylint: disable=import-outside-toplevel
 
@@ -306,20 +149,13 @@ def _export(wrapped, inputs, path: Path) -> str:
 def export_one(name: str, out_dir: Path) -> dict:
     """Build, export, check, strip and write one model; its manifest entry."""
     import torch  # pylint: disable=import-outside-toplevel
-    import torchvision
 
-    _, family, library, ctor, kind, notes = SPEC[name]
+    _, family, library, ctor, _, notes = SPEC[name]
     entry = {"name": name, "family": family, "library": library, "version": _library_version(library),
              "constructor": ctor, "torch": torch.__version__, "notes": notes}
     start = time.time()
-    torch.manual_seed(0)
-    namespace = {"torchvision": torchvision}
-    if library != "torchvision":
-        namespace[library] = __import__(library)
-    model = eval(ctor, namespace)  # pylint: disable=eval-used
-    _randomize(model)
-    wrapped = _Wrap.make(model, kind)
-    inputs = _inputs(kind, 2)
+    wrapped = torch_source.build(name)  # the same module the bundle runner times
+    inputs = torch_source.example_inputs(name, 2)
     entry["inputs"] = [{"name": n, "shape": ["batch", *t.shape[1:]], "dtype": str(t.dtype).replace("torch.", "")}
                        for n, t in inputs]
     full = out_dir / f"{name}.full.onnx"

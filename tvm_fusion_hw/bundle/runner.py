@@ -5,7 +5,8 @@ Needs Python 3.12 (or whatever the bundle carries a tvm-ffi wheel for) and numpy
 weights), torch/torchvision (PyTorch columns) and matplotlib (plot) when importable.
 
     python run.py --out results [--models mobilenet_v2 ...] [--device cuda|cpu] [--repeat 20]
-                  [--kernel-profile]
+                  [--kernel-profile] [--torch [eager compile compile_graphs]] [--torch-only]
+                  [--torch-warm N]
 
 Per model x batch: rebuild the seeded weights, run ``main_transform_params`` once and ``main`` on
 seeded inputs for every library, check each against stock, time ``main`` with the VM's
@@ -14,10 +15,18 @@ CUDA graphs (fp32, TF32 off). Writes results.json (after every entry), results.m
 With --kernel-profile, after timing each library without CUDA graphs, times its kernels one by one
 (runner_timing.profile_kernels) into results.json and kernels.md.
 
+PyTorch: a zoo model is written out in runner_timing.torch_model, a corpus model (corpus:NAME) is
+built by the bundle's models/corpus/torch_source.py exactly as export.py built the exported one.
+``--torch MODE...`` picks the columns (``--torch`` alone: none); ``--torch-only`` runs no TVM
+library (the PyTorch columns of a bundle whose TVM numbers are in hand). Inductor takes 20-60 s a
+model: ``--torch-warm N`` first compiles every selected row's model in N child processes at once
+(no timing), with inductor's FX graph cache in the run's temp folder, so the compile before each
+(sequential, unchanged) timing is a cache hit; a child that fails or hangs is a note of its row.
+
 The runner is three files, side by side in the bundle: this one (arguments, the bundle's TVM and
 CUDA compiler, the loop over model x batch), ``runner_timing.py`` (inputs, weights, running and
-timing one library, its kernels, PyTorch) and ``runner_report.py`` (system facts, results.md,
-kernels.md, results.png). It imports the other two by path from its own folder: the bundle is a
+timing one library, its kernels, PyTorch and the --torch-warm children) and ``runner_report.py``
+(system facts, results.md, kernels.md, results.png). It imports the other two by path from its own folder: the bundle is a
 folder, not a package, and under ``python -I`` its folder is not on sys.path.
 """
 
@@ -56,9 +65,10 @@ def _beside(name, names):
     return [getattr(module, n) for n in names.split()]
 
 
-log, rebuild_weights, make_inputs, library_path, run_variant, compare, bench_torch, onnxruntime_outputs = _beside(
+(log, rebuild_weights, make_inputs, library_path, run_variant, compare, bench_torch, onnxruntime_outputs,
+ warm_torch, TORCH_MODES) = _beside(
     "runner_timing", "log rebuild_weights make_inputs library_path run_variant compare bench_torch "
-    "onnxruntime_outputs")
+    "onnxruntime_outputs warm_torch TORCH_MODES")
 system_info, write_markdown, write_kernels, write_plot = _beside(
     "runner_report", "system_info write_markdown write_kernels write_plot")
 
@@ -171,11 +181,14 @@ def bench_entry(tvm, bundle, entry, dev, args, tmp):
     row["groups"] = {"hw": entry.get("hw_groups"), **{v["name"]: v["groups"] for v in entry["variants"]
                                                       if "groups" in v}}
     row["knobs"] = {v["name"]: v["knobs"] for v in entry["variants"] if "knobs" in v}
-    weights, row["weights"] = rebuild_weights(bundle, entry)
     inputs = make_inputs(entry)
     row["errors"].update({f"{k} build": v for k, v in entry.get("build_errors", {}).items()})
     ref, outputs = None, {}
-    for variant in entry["variants"]:
+    if args.torch_only:  # neither weights nor libraries: the ONNX rebuild alone takes seconds
+        row["notes"].append("TVM libraries not run (--torch-only)")
+    else:
+        weights, row["weights"] = rebuild_weights(bundle, entry)
+    for variant in [] if args.torch_only else entry["variants"]:
         key = variant["name"]
         if variant["cuda_graph"] and args.no_graph:
             continue
@@ -217,6 +230,11 @@ def bench_entry(tvm, bundle, entry, dev, args, tmp):
     return row
 
 
+def python_command():
+    """This interpreter with its own flags (-S, -I, ...), so that a child sees the same packages."""
+    return [sys.executable, *sys.orig_argv[1:next((i for i, a in enumerate(sys.orig_argv) if a.endswith(".py")), 1)]]
+
+
 def bench_isolated(entry, argv, out):
     """One model x batch in a child process, so a crash (a segfault, a sticky CUDA error) costs
     that row only; the child's log lines are passed through."""
@@ -228,10 +246,9 @@ def bench_isolated(entry, argv, out):
         if not skip and arg != "--isolate":
             keep.append(arg)
     sub = out / "rows" / f"{entry['model']}_b{entry['batch']}"
-    # The interpreter's own flags (-S, -I, ...) carry over, so the child sees the same packages.
-    flags = sys.orig_argv[1:next((i for i, a in enumerate(sys.orig_argv) if a.endswith(".py")), 1)]
-    cmd = [sys.executable, *flags, str(Path(__file__).resolve()), *keep, "--no-isolate", "--out", str(sub),
-           "--models", entry["model"], "--batches", str(entry["batch"])]
+    # the parent warmed the caches already (the child inherits TORCHINDUCTOR_CACHE_DIR)
+    cmd = [*python_command(), str(Path(__file__).resolve()), *keep, "--no-isolate", "--torch-warm", "0",
+           "--out", str(sub), "--models", entry["model"], "--batches", str(entry["batch"])]
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     sys.stdout.write(done.stdout)
     try:
@@ -254,8 +271,19 @@ def main(argv=None):
     ap.add_argument("--number", type=int, default=1, help="TVM runs per repeat (at least)")
     ap.add_argument("--min-repeat-ms", type=int, default=50, help="minimum duration of one repeat")
     ap.add_argument("--rtol", type=float, default=1e-4, help="max relative L2 error against stock")
-    ap.add_argument("--torch", nargs="*", dest="torch_modes", default=["eager", "compile", "compile_graphs"],
-                    help="PyTorch columns to time (none: --torch)")
+    ap.add_argument("--torch", nargs="*", dest="torch_modes", default=list(TORCH_MODES), choices=list(TORCH_MODES),
+                    metavar="MODE", help="PyTorch columns to time, of " + ", ".join(TORCH_MODES) +
+                    " (compile_graphs: torch.compile(mode='reduce-overhead'), CUDA graphs; default all; "
+                    "--torch alone: none)")
+    ap.add_argument("--torch-only", action="store_true",
+                    help="time only the PyTorch columns: no TVM library, no weights rebuilt, no onnxruntime")
+    ap.add_argument("--torch-warm", type=int, default=0, metavar="N",
+                    help="before timing, compile the PyTorch models of all selected rows in N parallel child "
+                    "processes (the compiled --torch modes, a few calls, untimed) so that the timed compile hits "
+                    "inductor's FX graph cache (TORCHINDUCTOR_CACHE_DIR in the run's temp folder unless set); "
+                    "a child that fails or times out becomes a note of its row")
+    ap.add_argument("--torch-warm-timeout", type=float, default=600, metavar="S",
+                    help="seconds one --torch-warm child may take (then its process group is killed)")
     ap.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph libraries")
     ap.add_argument("--onnxruntime", action="store_true",
                     help="also compare every library with onnxruntime on the CPU (needs onnx, onnxruntime)")
@@ -278,6 +306,11 @@ def main(argv=None):
                  + ("cuda" if manifest["target_kind"] == "cuda" else "cpu"))
     tmp = Path(tempfile.mkdtemp(prefix="tvm_bundle_"))
     atexit.register(shutil.rmtree, tmp, True)
+    warming = args.torch_warm > 0 and any(TORCH_MODES[k] is not None for k in args.torch_modes)
+    if warming:  # before torch is imported (system_info): children, row processes included, inherit it
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp / "torchinductor"))
+        os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")  # on by default in torch 2.11; forced
+        os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
     tvm = setup_tvm(bundle, manifest, args.device, tmp)
     dev = tvm.cuda(0) if args.device == "cuda" else tvm.cpu(0)
     results = {"bundle": str(bundle), "profile": manifest["profile"], "compiled_with": manifest["tvm_version"],
@@ -289,7 +322,14 @@ def main(argv=None):
         tvm.register_global_func("tvm_callback_cuda_compile", func, override=True)
     entries = [e for e in manifest["entries"] if (not args.models or e["model"] in args.models)
                and (not args.batches or e["batch"] in args.batches)]
-    start = time.time()
+    start = time.time()  # the warm-up counts against --time-budget
+    warm = {}
+    if warming and importlib.util.find_spec("torch") is None:
+        log("--torch-warm: torch not importable, no warm-up")
+    elif warming:
+        results["torch_warm"] = {"children": args.torch_warm, "cache_dir": os.environ["TORCHINDUCTOR_CACHE_DIR"]}
+        warm = warm_torch([e for e in entries if "error" not in e], args, bundle, python_command())
+        results["torch_warm"]["s"] = round(time.time() - start, 1)
     for entry in entries:
         log(f"{entry['model']} b{entry['batch']}")
         if "error" in entry:
@@ -304,6 +344,11 @@ def main(argv=None):
             except Exception as err:  # pylint: disable=broad-except
                 row = {"model": entry["model"], "batch": entry["batch"],
                        "error": f"{type(err).__name__}: {err}"}
+        done = warm.get((entry["model"], entry["batch"]))
+        if done and "error" in done:
+            row.setdefault("notes", []).append(f"{entry['model']} b{entry['batch']}: torch warm-up {done['error']}")
+        elif done:
+            row["torch_warm"] = done
         results["rows"].append(row)
         (out / "results.json").write_text(json.dumps(results, indent=1))
     note = write_plot(results, out / "results.png")

@@ -1,22 +1,36 @@
 """The bundle runner's measurements (copied beside run.py; see run.py): the seeded inputs and
 weights, one library loaded, checked and timed, its kernels timed one by one, and PyTorch.
 
-Needs numpy; onnx (exact weights) and torch/torchvision (PyTorch columns) when importable. TVM is
-the bundle's runtime-only copy, handed in by run.py.
+Needs numpy; onnx (exact weights) and torch/torchvision (PyTorch columns; timm and transformers
+for those corpus models) when importable. TVM is the bundle's runtime-only copy, handed in by
+run.py. Run as a script (``runner_timing.py --warm ...``) it is a ``--torch-warm`` child: it
+compiles one row's PyTorch model, untimed, so that inductor's on-disk caches hold it.
 """
 
-import hashlib  # noqa: E401
+import contextlib  # noqa: E401
+import hashlib
+import importlib.util
+import json
 import lzma
 import math
+import os
 import shutil
+import signal
 import statistics
 import struct
+import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
 TOP_KERNELS = 25  # kernels kernels.md lists per library (results.json keeps them all, in "all")
+CORPUS_PREFIX = "corpus:"  # as tvm_fusion_hw.models names corpus models
+#: PyTorch columns: key -> torch.compile's keyword arguments (None: eager, nothing to compile)
+TORCH_MODES = {"eager": None, "compile": {}, "compile_graphs": {"mode": "reduce-overhead"}}
+WARM_CALLS = 3  # calls a --torch-warm child makes per mode (compile, CUDA-graph warm-up and recording)
 
 
 def log(msg):
@@ -69,9 +83,18 @@ def rebuild_weights(bundle, entry):
 
 
 def make_inputs(entry):
-    """Seeded standard-normal inputs in graph order (as tvm_fusion_hw.models.example_inputs)."""
-    rng = np.random.default_rng(entry["input_seed"])
-    return [rng.standard_normal(i["shape"], dtype=np.float32).astype(i["dtype"]) for i in entry["inputs"]]
+    """Seeded inputs in graph order, as the builders' example_inputs make them: floats N(0, 1);
+    integers token ids in [3, 1000) and an ``attention_mask`` of ones (corpus.example_inputs),
+    valid for every embedding table, so that PyTorch runs on the same inputs as TVM."""
+    rng, out = np.random.default_rng(entry["input_seed"]), []
+    for spec in entry["inputs"]:
+        if spec["name"] == "attention_mask":
+            out.append(np.ones(spec["shape"], dtype=spec["dtype"]))
+        elif np.dtype(spec["dtype"]).kind in "iu":
+            out.append(rng.integers(3, 1000, size=spec["shape"], dtype=spec["dtype"]))
+        else:
+            out.append(rng.standard_normal(spec["shape"], dtype=np.float32).astype(spec["dtype"]))
+    return out
 
 
 def library_path(bundle, variant, tmp):
@@ -170,9 +193,31 @@ def onnxruntime_outputs(bundle, entry, inputs):
     return [np.asarray(o) for o in session.run(None, dict(zip(names, inputs)))]
 
 
-def torch_model(entry, torch):
-    """The same architecture in PyTorch (random weights: timing only)."""
+def corpus_torch_source(bundle):
+    """The bundle's ``models/corpus/torch_source.py`` (the corpus' constructors), loaded by path:
+    its package's ``__init__`` imports onnx, which the PyTorch columns do not need."""
+    name = "tvm_fusion_hw_corpus_torch_source"
+    if name not in sys.modules:
+        path = Path(bundle) / "builders" / "tvm_fusion_hw" / "models" / "corpus" / "torch_source.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
+def torch_model(entry, torch, bundle=None):
+    """The same architecture in PyTorch (random weights: timing only). A corpus model is built by
+    the bundle's torch_source exactly as export.py built the exported one; its inputs must be the
+    ones the bundle feeds TVM (names, dtypes, shapes, order)."""
     nn, name, shapes = torch.nn, entry["model"], [i["shape"] for i in entry["inputs"]]
+    if name.startswith(CORPUS_PREFIX):
+        source, corpus_name = corpus_torch_source(bundle), name[len(CORPUS_PREFIX):]
+        want = [(i["name"], i["dtype"], i["shape"][1:]) for i in source.input_specs(corpus_name)]
+        have = [(i["name"], i["dtype"], list(i["shape"][1:])) for i in entry["inputs"]]
+        if want != have:
+            raise ValueError(f"the PyTorch model takes {want}, the bundle feeds {have}")
+        return source.build(corpus_name)
     w4 = [p["shape"] for p in entry["params"] if len(p["shape"]) == 4]
     chan, last = shapes[0][1], shapes[0][-1]
 
@@ -228,33 +273,134 @@ def time_torch(fn, inputs, torch, cuda, args):
     return statistics.median(timed(number) for _ in range(args.repeat))
 
 
+def torch_setup(torch):
+    """fp32 with TF32 off, in every process alike: the matmul settings are part of inductor's cache key."""
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+
+
+def torch_callable(torch, model, key):
+    """``model`` for PyTorch column ``key``: itself (eager) or torch.compile'd, dynamo reset first."""
+    import torch._dynamo  # pylint: disable=import-outside-toplevel,redefined-outer-name
+    torch._dynamo.reset()  # pylint: disable=protected-access
+    return model if TORCH_MODES[key] is None else torch.compile(model, **TORCH_MODES[key])
+
+
+def first_calls(torch, fn, xs, cuda, calls):
+    """Time the first ``calls`` calls (compilation, CUDA-graph recording): {"s", FX graph cache hits, misses}."""
+    from torch._dynamo.utils import counters  # pylint: disable=import-outside-toplevel
+    before, start = dict(counters["inductor"]), time.perf_counter()
+    for _ in range(calls):
+        fn(*xs)
+    if cuda:
+        torch.cuda.synchronize()
+    seconds = round(time.perf_counter() - start, 2)
+    return {"s": seconds, **{key: counters["inductor"][f"fxgraph_cache_{key}"] - before.get(f"fxgraph_cache_{key}", 0)
+                             for key in ("hit", "miss")}}
+
+
 def bench_torch(entry, inputs, args, row):
-    """PyTorch eager, torch.compile and torch.compile(mode='reduce-overhead') into ``row``."""
+    """PyTorch eager, torch.compile and torch.compile(mode='reduce-overhead') into ``row``; for the
+    compiled ones, the first calls' seconds and FX graph cache hits in ``row["torch_compile"]``."""
     try:
         import torch  # pylint: disable=import-outside-toplevel
     except ImportError:
         row["notes"].append("torch not importable: no PyTorch columns")
         return
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    torch_setup(torch)
     cuda = args.device == "cuda"
     dev = "cuda" if cuda else "cpu"
     try:
-        model = torch_model(entry, torch).eval().to(dev)
+        model = torch_model(entry, torch, Path(args.bundle).resolve()).eval().to(dev)
     except Exception as err:  # pylint: disable=broad-except
-        row["errors"]["torch"] = f"{type(err).__name__}: {err}"
+        row["errors"]["torch"] = f"{type(err).__name__}: {str(err)[:500]}"
         return
     xs = [torch.from_numpy(x).to(dev) for x in inputs]
-    modes = {"eager": lambda m: m, "compile": torch.compile,
-             "compile_graphs": lambda m: torch.compile(m, mode="reduce-overhead")}
-    for key, wrap in modes.items():
+    for key, compile_kwargs in TORCH_MODES.items():
         if key not in args.torch_modes:
             continue
         try:
-            import torch._dynamo  # pylint: disable=import-outside-toplevel,redefined-outer-name
-            torch._dynamo.reset()  # pylint: disable=protected-access
             with torch.no_grad():
-                row["times_s"][key] = time_torch(wrap(model), xs, torch, cuda, args)
-            log(f"{row['model']} b{row['batch']}: torch {key} {row['times_s'][key] * 1e3:.3f} ms")
+                fn = torch_callable(torch, model, key)
+                if compile_kwargs is not None:
+                    row.setdefault("torch_compile", {})[key] = first_calls(torch, fn, xs, cuda, WARM_CALLS)
+                row["times_s"][key] = time_torch(fn, xs, torch, cuda, args)
+            first = row.get("torch_compile", {}).get(key)
+            log(f"{row['model']} b{row['batch']}: torch {key} {row['times_s'][key] * 1e3:.3f} ms" + (
+                f"; first {WARM_CALLS} calls {first['s']} s, FX graph cache {first['hit']} hits {first['miss']} misses"
+                if first else ""))
         except Exception as err:  # pylint: disable=broad-except
             row["errors"][key] = f"{type(err).__name__}: {str(err)[:500]}"
+
+
+def warm_torch(entries, args, bundle, python):
+    """``--torch-warm N``: compile the PyTorch models of ``entries`` in N child processes at once
+    (this file run as ``--warm``; the compiled modes of ``args.torch_modes``, a few calls, no
+    timing) so that inductor's on-disk caches (TORCHINDUCTOR_CACHE_DIR, set by run.py) hold them
+    when the sequential timing compiles again. ``python`` is the interpreter with its flags.
+
+    Returns {(model, batch): the child's {mode: first_calls result}, or {"error": why}}: a child
+    that fails or runs past ``args.torch_warm_timeout`` (its process group is killed) costs its
+    row's warm-up only.
+    """
+    modes = [k for k in args.torch_modes if TORCH_MODES[k] is not None]
+    if not (args.torch_warm and modes and entries):
+        return {}
+    # inductor's compile workers share the cores among the children (not part of its cache key)
+    env = dict(os.environ)
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 2) // args.torch_warm)))
+
+    def one(entry):
+        cmd = [*python, str(Path(__file__).resolve()), "--warm", str(bundle), entry["model"],
+               str(entry["batch"]), args.device, *modes]
+        start = time.time()
+        try:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                    start_new_session=True)  # its own group: a timeout kills its workers too
+            try:
+                out, _ = proc.communicate(timeout=args.torch_warm_timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                return {"error": f"timed out after {args.torch_warm_timeout:.0f} s"}
+            done = [line[5:] for line in out.splitlines() if line.startswith("WARM ")]
+            if proc.returncode or not done:
+                tail = " | ".join(line for line in out.splitlines()[-4:] if line.strip())
+                return {"error": f"exited with {proc.returncode}: {tail[-400:]}"}
+            return {**json.loads(done[-1]), "wall_s": round(time.time() - start, 1)}
+        except Exception as err:  # pylint: disable=broad-except
+            return {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+
+    log(f"torch warm-up: {len(entries)} rows, {args.torch_warm} at a time, modes {' '.join(modes)}")
+    with ThreadPoolExecutor(args.torch_warm) as pool:
+        results = dict(zip([(e["model"], e["batch"]) for e in entries], pool.map(one, entries)))
+    for (model, batch), res in results.items():
+        log(f"{model} b{batch}: torch warm-up " + (f"FAILED: {res['error']}" if "error" in res else str(res)))
+    return results
+
+
+def warm_main(argv):
+    """A --torch-warm child: ``--warm BUNDLE MODEL BATCH DEVICE MODE...``; prints ``WARM {json}``."""
+    bundle, model_name, batch, device, modes = Path(argv[1]), argv[2], int(argv[3]), argv[4], argv[5:]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    entry = next(e for e in manifest["entries"] if e["model"] == model_name and e["batch"] == batch)
+    import torch  # pylint: disable=import-outside-toplevel
+    import torch._inductor.config  # pylint: disable=import-outside-toplevel
+    # Keep no best-config choices made here (N children share the GPU): the timed process makes
+    # its own. Not part of the FX graph cache key, so compiled graphs still hit.
+    torch._inductor.config.autotune_local_cache = False  # pylint: disable=protected-access
+    torch_setup(torch)
+    cuda = device == "cuda"
+    model = torch_model(entry, torch, bundle).eval().to("cuda" if cuda else "cpu")
+    xs = [torch.from_numpy(x).to("cuda" if cuda else "cpu") for x in make_inputs(entry)]
+    out = {}
+    with torch.no_grad():
+        for key in modes:
+            out[key] = first_calls(torch, torch_callable(torch, model, key), xs, cuda, WARM_CALLS)
+    print("WARM " + json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--warm"]:
+    sys.exit(warm_main(sys.argv[1:]))

@@ -102,7 +102,8 @@ def copy_builders(dest: Path) -> Path:
     zoo = Path(model_zoo.__file__).parent
     for src in zoo.glob("*.py"):
         shutil.copy2(src, pkg / "models" / src.name)
-    # the corpus: its loader, index and stripped graphs (a few hundred KiB), weights seeded there
+    # the corpus: its loader, index and stripped graphs (a few hundred KiB), weights seeded there,
+    # and torch_source.py, its PyTorch constructors (the runner's PyTorch columns); not export.py
     shutil.copytree(zoo / "corpus", pkg / "models" / "corpus",
                     ignore=shutil.ignore_patterns("__pycache__", "export.py", "survey.py", "README.md"))
     return pkg
