@@ -3,19 +3,31 @@
 
 Two halves, like the benchmark bundle:
 
-``build`` (here, with TVM): for each ``model:batch:kernel`` case, the rule's best-ranked tiles
-plus tiles that differ from the best in one choice (thread tile, K step, split K), each scheduled
-and built for CUDA, and dlight's ``Matmul`` schedule of the same PrimFunc as the reference. Writes
-``<out>/sweep.json`` (shapes, tiles, the model's predicted times) and one library per schedule.
-Tiles are ranked and built under ``hw.pass_context`` (``cp.async`` where the GPU has it), as the
-plugin's builds are.
+``build`` (here, with TVM): for each case, the rule's best-ranked tiles plus tiles that differ
+from the best in one choice (thread tile, K step, split K), each scheduled and built for CUDA, and
+dlight's ``Matmul`` schedule of the same PrimFunc as the reference. A case is a zoo or corpus
+kernel, ``model:batch:kernel``, or a plain matmul, ``gemm:M:N:K`` (``[M, K] x [K, N]``) or
+``gemm:M:N:K:S`` (``S`` of them, batched). ``--configs`` builds, instead of the neighbours, each
+named :data:`CONFIGS` form of ``GemmConfig``'s best tile (and its ``--top`` tiles): ``old`` is
+the template before multi-stage ``cp.async`` (two buffers in static shared memory, K step
+rolled), ``new`` today's defaults. Writes ``<out>/sweep.json`` (shapes, tiles, the model's
+predicted times) and one library per schedule. Tiles are ranked and built under
+``hw.pass_context`` (``cp.async`` where the GPU has it), as the plugin's builds are.
+``--runtime`` makes ``<out>`` self-contained: the bundle's runtime-only TVM, tvm-ffi wheel and
+runner beside the libraries, and their CUDA precompiled with nvcc (``cubin/``, TVM's flags), so
+the GPU box needs neither TVM's compiler nor nvcc.
 
-``run`` (on the GPU box, with a bundle's runtime-only TVM): random inputs, every library timed with
-``time_evaluator`` (median of repeats), checked against the dlight reference; prints a line per
-schedule and writes ``sweep_results.json`` and ``sweep.md``.
+``run`` (on the GPU box, with a bundle's runtime-only TVM: ``--bundle`` the sweep folder itself
+when it was built with ``--runtime``): random inputs, every library timed with ``time_evaluator``
+(CUDA events around ``number`` back-to-back launches, the median of ``--repeat`` such
+measurements), checked against the dlight reference; prints a line per schedule with its TFLOP/s
+and writes ``sweep_results.json`` and ``sweep.md``.
 
     python bench/tile_sweep.py build --out .bundle/sweep resnet50:32:fused_conv2d16_add9_batch_norm7_relu7
     python3 bench/tile_sweep.py run --bundle .bundle --sweep .bundle/sweep --out results
+    python bench/tile_sweep.py build --out .gemm_sweep --runtime --configs old new --top 0 \
+        gemm:1024:1024:1024 gemm:2048:2048:2048 gemm:4096:4096:4096 gemm:6272:3072:768
+    python3 .gemm_sweep/tile_sweep.py run --bundle .gemm_sweep --sweep .gemm_sweep --out results
 """
 
 import argparse
@@ -27,6 +39,17 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+#: Named forms of the rule's ``GemmConfig`` (field changes) that ``--configs`` builds side by side.
+CONFIGS = {
+    # the template of bench/results/2026-11-30-h200-stop10: 2 cp.async buffers within 48 KiB of
+    # static shared memory, the K step's loop rolled
+    "old": {"async_stages": (2,), "unroll_async_depth": False, "dynamic_shared_memory": False},
+    "new": {},  # today's defaults: 2-4 buffers, dynamic shared memory beyond 48 KiB, K step unrolled
+    "new-warp": {"warp_slow_lanes": (4, 2)},  # and warp tiles (the model ranks them level: not default)
+    # and 8 x 16 thread tiles (128 x 256 blocks, one block an SM): not default, not measured
+    "new-big": {"async_micro_shapes": ((8, 16), (16, 8)), "min_resident_blocks": 1},
+}
 
 
 def _tiles_to_try(rule, func, target, top, tile_changes=()):
@@ -62,36 +85,109 @@ def _tiles_to_try(rule, func, target, top, tile_changes=()):
     return problem, chosen
 
 
-def build(out: Path, cases, top: int, profile: str, tile_changes=()) -> None:
-    """Build every case's schedules into ``out``."""
+def gemm_module(m: int, n: int, k: int, batch: int = 1):
+    """A Relax module of one matmul, ``[batch,] M x K`` by ``K x N`` (float32)."""
+    from tvm import relax  # pylint: disable=import-outside-toplevel
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((batch, m, k) if batch > 1 else (m, k), "float32"))
+    w = relax.Var("w", relax.TensorType((k, n), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.matmul(x, w)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _case_func(case: str, target, modules):
+    """``(PrimFunc, file stem)`` of a case: ``model:batch:kernel`` or ``gemm:M:N:K[:S]``."""
+    # pylint: disable=import-outside-toplevel
+    import tvm_fusion_hw as hw
+    from tvm_fusion_hw.frontend import import_onnx
+    from tvm_fusion_hw.models import build as build_model
+    from tvm_fusion_hw.pipeline import fused_module
+
+    parts = case.split(":")
+    if parts[0] == "gemm":
+        if len(parts) not in (4, 5) or not all(p.isdigit() and int(p) > 0 for p in parts[1:]):
+            raise SystemExit(f"case {case!r}: expected gemm:M:N:K or gemm:M:N:K:S")
+        m, n, k, batch = (int(p) for p in parts[1:] + ["1"] * (5 - len(parts)))
+        from tvm import tirx
+        funcs = fused_module(gemm_module(m, n, k, batch), target)
+        (func,) = [f for f in funcs.functions.values() if isinstance(f, tirx.PrimFunc)]
+        return func, f"gemm_{m}x{n}x{k}" + (f"_s{batch}" if batch > 1 else "")
+    model, batch, kernel = parts
+    if (model, batch) not in modules:
+        mod = import_onnx(build_model(model, batch=int(batch)), keep_params_in_input=True)
+        modules[(model, batch)] = fused_module(mod, target, hw.fusion_pass(target))
+    return modules[(model, batch)][kernel], f"{kernel}_b{batch}"
+
+
+class _ConfiguredGemm:
+    """The rule with one of :data:`CONFIGS` (a ``GemmConfig`` changed) as its search bounds."""
+
+    def __new__(cls, change):
+        from tvm_fusion_hw.schedules.gemm.rule import ImplicitGemm  # pylint: disable=import-outside-toplevel
+
+        class Configured(ImplicitGemm):
+            def get_config(self, target):
+                return dataclasses.replace(super().get_config(target), **change)
+
+        return Configured()
+
+
+def _configured_tiles(func, target, top: int, configs):
+    """``(problem, [(config name, tile)])``: each named config's best tile and its ``top`` next,
+    without repeats (a tile two configs share is built once, under the first name)."""
+    from tvm_fusion_hw.schedules.base.limits import gpu_limits  # pylint: disable=import-outside-toplevel
+
+    chosen, seen, problem = [], set(), None
+    for name in configs:
+        rule = _ConfiguredGemm(CONFIGS[name])
+        with target:
+            planned = rule.schedule_best(func, target)
+        if planned is None:
+            continue
+        problem, best, _ = planned
+        ranked = rule.rank(problem, gpu_limits(target), rule.get_config(target))
+        for tile in [best] + ranked[:top]:
+            key = json.dumps(dataclasses.asdict(dataclasses.replace(tile, time_s=0.0, score=0.0)), sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                chosen.append((name, tile))
+    return problem, chosen
+
+
+def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(), runtime: bool = False) -> None:
+    """Build every case's schedules into ``out`` (with ``runtime``, also what the GPU box needs)."""
     # pylint: disable=import-outside-toplevel
     import tvm
     from tvm.s_tir import dlight as dl
 
     import tvm_fusion_hw as hw
-    from tvm_fusion_hw.frontend import import_onnx
-    from tvm_fusion_hw.models import build as build_model
-    from tvm_fusion_hw.pipeline import fused_module
     from tvm_fusion_hw.schedules.gemm.rule import ImplicitGemm
 
     target = hw.target(profile)
     out.mkdir(parents=True, exist_ok=True)
-    rule, entries, modules = ImplicitGemm(), [], {}
+    rule, entries, modules, sources = ImplicitGemm(), [], {}, {}
     for case in cases:
-        model, batch, kernel = case.split(":")
-        if (model, batch) not in modules:
-            mod = import_onnx(build_model(model, batch=int(batch)), keep_params_in_input=True)
-            modules[(model, batch)] = fused_module(mod, target, hw.fusion_pass(target))
-        func = modules[(model, batch)][kernel]
+        func, stem = _case_func(case, target, modules)
         with hw.pass_context(target):  # ranks cp.async tiles as a build does
-            problem, tiles = _tiles_to_try(rule, func, target, top, tile_changes)
-        schedules = [("dlight", None, dl.gpu.Matmul().apply(func, target, False))]
-        schedules += [(f"tile{i}", tile, rule.schedule_tile(func, target, tile)) for i, tile in enumerate(tiles)]
+            if configs:
+                problem, named = _configured_tiles(func, target, top, configs)
+            else:
+                problem, tiles = _tiles_to_try(rule, func, target, top, tile_changes)
+                named = [("", tile) for tile in tiles]
+        schedules = [("dlight", "", None, dl.gpu.Matmul().apply(func, target, False))]
+        for i, (config, tile) in enumerate(named):
+            with target:
+                sch = (_ConfiguredGemm(CONFIGS[config]) if config else rule).schedule_tile(func, target, tile)
+            schedules.append((f"{config}{i}" if config else f"tile{i}", config, tile, sch))
         variants = []
-        for name, tile, sch in schedules:
+        for name, config, tile, sch in schedules:
             if sch is None:
                 continue
-            lib = out / f"{kernel}_b{batch}_{name}.so"
+            lib = out / f"{stem}_{name}.so"
             try:
                 with tvm.transform.PassContext(opt_level=3), hw.pass_context(target), target:
                     built = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
@@ -101,13 +197,51 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=()) -> None:
                 print(f"skipped {lib.name}: {type(err).__name__}: {str(err).splitlines()[-1][:200]}", flush=True)
                 continue
             built.export_library(str(lib))
-            variants.append({"name": name, "file": lib.name,
+            code = _cuda_source(built)
+            if code:
+                sources[lib.name] = code
+            variants.append({"name": name, "config": config, "file": lib.name,
                              "tile": dataclasses.asdict(tile) if tile is not None else None})
-            print(f"built {lib.name}", flush=True)
-        entries.append({"case": case, "problem": dataclasses.asdict(problem),
+            print(f"built {lib.name}" + (f": {tile.summary()}" if tile is not None else ""), flush=True)
+        entries.append({"case": case, "problem": dataclasses.asdict(problem), "flops": problem.flops,
                         "args": [[[int(d) for d in p.ty.shape], str(p.ty.dtype)] for p in func.params],
                         "variants": variants})
-    (out / "sweep.json").write_text(json.dumps({"profile": profile, "cases": entries}, indent=1))
+    sweep = {"profile": profile, "configs": {name: CONFIGS[name] for name in configs}, "cases": entries}
+    (out / "sweep.json").write_text(json.dumps(sweep, indent=1, default=list))
+    if runtime:
+        _write_runtime(out, sources, str(target.attrs["arch"]))
+
+
+def _cuda_source(built):
+    """The CUDA source of a built module (what the runtime hands its compile callback), or None."""
+    stack = [built.mod if hasattr(built, "mod") else built]
+    while stack:
+        mod = stack.pop()
+        if mod.kind == "cuda":
+            return str(mod.inspect_source(""))
+        stack.extend(mod.imports)
+    return None
+
+
+def _write_runtime(out: Path, sources, arch: str) -> None:
+    """The runtime-only TVM, the tvm-ffi wheel, the bundle's runner (``setup_tvm`` and its CUDA
+    compile function) and this script into ``out``, a ``manifest.json`` naming them, and each
+    library's CUDA precompiled there (``cubin/``)."""
+    # pylint: disable=import-outside-toplevel
+    import shutil
+
+    from tvm_fusion_hw.bundle.cubins import precompile_cuda
+    from tvm_fusion_hw.bundle.runtime import copy_runner, copy_tvm_runtime, fetch_tvm_ffi_wheels
+
+    copy_tvm_runtime(out / "tvm_runtime")
+    wheels = fetch_tvm_ffi_wheels(out / "wheels")
+    copy_runner(out)
+    shutil.copy2(__file__, out / "tile_sweep.py")
+    cubins = precompile_cuda(out, sources, arch, lambda msg: print(msg, flush=True))
+    manifest = {"runtime": {"tvm": "tvm_runtime", "wheels": [f"wheels/{w}" for w in wheels]}, "cubins": cubins}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    print(f"{out}: self-contained sweep, {size / 2**20:.1f} MiB", flush=True)
 
 
 def run(bundle: Path, sweep: Path, out: Path, repeat: int) -> None:
@@ -136,8 +270,12 @@ def run(bundle: Path, sweep: Path, out: Path, repeat: int) -> None:
             if reference is None:
                 reference = output
             variant["rel_err"] = float(np.linalg.norm(output - reference) / np.linalg.norm(reference))
+            # on CUDA time_evaluator brackets its `number` launches with CUDA events (TVM's
+            # profiling.timer.cuda); the median over `repeat` of them
             timer = lib.time_evaluator("main", dev, number=10, repeat=repeat, min_repeat_ms=20)
             variant["us"] = float(np.median(timer(*args).results)) * 1e6
+            flops = case.get("flops") or 2 * np.prod([case["problem"][f] for f in ("batch", "rows", "cols", "depth")])
+            variant["tflops"] = float(flops) / (variant["us"] * 1e-6) / 1e12
             tile = variant["tile"] or {}
             desc = ("{thread_rows}x{thread_cols} threads, {micro_rows}x{micro_cols} per thread, "
                     "BK {depth_step}, split {split_k}, prefetch {prefetch}, model {time_s:.2e} s".format(**tile) if tile else "dlight")
@@ -147,11 +285,22 @@ def run(bundle: Path, sweep: Path, out: Path, repeat: int) -> None:
                 desc += ", unrolled by nvcc"
             if tile and tile.get("async_stages", 0) > 1:
                 desc += f", cp.async {tile['async_stages']} stages"
-            print(f"{case['case']:60s} {variant['name']:7s} {variant['us']:9.1f} us  err {variant['rel_err']:.1e}  {desc}",
-                  flush=True)
+            desc += _new_form_words(tile)
+            print(f"{case['case']:44s} {variant['name']:9s} {variant['us']:9.1f} us {variant['tflops']:6.2f} TFLOP/s  "
+                  f"err {variant['rel_err']:.1e}  {desc}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep_results.json").write_text(json.dumps(results, indent=1))
     write_markdown(results, out / "sweep.md")
+
+
+def _new_form_words(tile) -> str:
+    """The choices of the multi-stage template a tile makes, in words."""
+    if not tile:
+        return ""
+    words = [", K step unrolled" if tile.get("unroll_depth") else "",
+             ", dynamic shared memory" if tile.get("shared_scope") == "shared.dyn" else "",
+             f", warp tiles of {tile['warp_slow']}x{tile['warp_fast']} lanes" if tile.get("warp_slow") else ""]
+    return "".join(words) + f", {tile['shared_bytes'] // 1024} KiB shared"
 
 
 def write_markdown(results, path: Path) -> None:
@@ -163,19 +312,22 @@ def write_markdown(results, path: Path) -> None:
         p = case["problem"]
         lines += [f"## {case['case']}", "", f"S {p['batch']}, I {p['rows']}, J {p['cols']}, K {p['depth']}", "",
                   "| schedule | threads (I x J) | per thread | BK | split K | prefetch (registers or cp.async) | unrolled by | blocks "
-                  "| model (us) | measured (us) | rel err vs dlight |",
-                  "| --- | --- | --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
+                  "| shared (KiB) | model (us) | measured (us) | TFLOP/s | rel err vs dlight |",
+                  "| --- | --- | --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for v in sorted(case["variants"], key=lambda v: v.get("us", float("inf"))):
             t = v["tile"]
-            cells = (["dlight"] + ["-"] * 8 if t is None else
-                     [v["name"], f"{t['thread_rows']}x{t['thread_cols']}",
+            cells = (["dlight"] + ["-"] * 9 if t is None else
+                     [v["name"], f"{t['thread_rows']}x{t['thread_cols']}" + (
+                         f", warps {t['warp_slow']}x{t['warp_fast']}" if t.get("warp_slow") else ""),
                       f"{t['micro_rows']}x{t['micro_cols']}" + (", 128-bit reads" if t.get("vector_width", 1) > 1 else ""),
-                      str(t["depth_step"]), str(t["split_k"]),
+                      str(t["depth_step"]) + (" unrolled" if t.get("unroll_depth") else ""), str(t["split_k"]),
                       f"cp.async x{t['async_stages']}" if t.get("async_stages", 0) > 1
                       else "yes" if t.get("prefetch") else "no",
                       "TVM" if t.get("unroll_explicit", True) else "nvcc", str(t["blocks"]),
+                      f"{t['shared_bytes'] / 1024:.0f}" + (" dyn" if t.get("shared_scope") == "shared.dyn" else ""),
                       f"{t['time_s'] * 1e6:.1f}"])
-            lines.append("| " + " | ".join(cells + [f"{v['us']:.1f}", f"{v['rel_err']:.1e}"]) + " |")
+            lines.append("| " + " | ".join(cells + [f"{v['us']:.1f}", f"{v.get('tflops', 0):.2f}",
+                                                    f"{v['rel_err']:.1e}"]) + " |")
         lines.append("")
     path.write_text("\n".join(lines))
 
@@ -185,14 +337,15 @@ def _tile_change(text: str):
     and bools); the fields of one change apply together."""
     from tvm_fusion_hw.schedules.gemm.tiles import GemmTile  # pylint: disable=import-outside-toplevel
 
-    types = {f.name: str(f.type) for f in dataclasses.fields(GemmTile) if str(f.type) in ("int", "bool")}
+    types = {f.name: str(f.type) for f in dataclasses.fields(GemmTile) if str(f.type) in ("int", "bool", "str")}
     change = {}
     for item in text.split(","):
         field, _, value = item.partition("=")
         if field not in types or not value:
             raise SystemExit(f"--tile-change {text!r}: expected FIELD=VALUE[,FIELD=VALUE] with FIELD one of "
                              f"{', '.join(types)}")
-        change[field] = value.lower() in ("1", "true", "yes") if types[field] == "bool" else int(value)
+        change[field] = (value.lower() in ("1", "true", "yes") if types[field] == "bool"
+                         else value if types[field] == "str" else int(value))
     return change
 
 
@@ -200,13 +353,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="schedule and build the tiles (needs TVM's compiler)")
-    b.add_argument("cases", nargs="+", help="model:batch:kernel")
+    b.add_argument("cases", nargs="+", help="model:batch:kernel, or gemm:M:N:K[:S]")
     b.add_argument("--out", required=True, type=Path)
     b.add_argument("--top", type=int, default=4, help="best-ranked tiles to include")
     b.add_argument("--profile", default="nvidia-h200")
     b.add_argument("--tile-change", action="append", default=[], metavar="FIELD=VALUE",
                    help="also build the best tile with this GemmTile field changed "
                         "(e.g. unroll_explicit=false, depth_step=16); repeatable")
+    b.add_argument("--configs", nargs="+", default=[], choices=sorted(CONFIGS),
+                   help="build each named GemmConfig form's best (and --top) tiles instead of the neighbours")
+    b.add_argument("--runtime", action="store_true",
+                   help="also write the runtime-only TVM, the runner and precompiled cubins into --out")
     r = sub.add_parser("run", help="time the built tiles on a GPU")
     r.add_argument("--bundle", required=True, type=Path, help="a benchmark bundle (its runtime-only TVM)")
     r.add_argument("--sweep", required=True, type=Path)
@@ -214,7 +371,8 @@ def main(argv=None) -> int:
     r.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     if args.command == "build":
-        build(args.out, args.cases, args.top, args.profile, [_tile_change(c) for c in args.tile_change])
+        build(args.out, args.cases, args.top, args.profile, [_tile_change(c) for c in args.tile_change],
+              args.configs, args.runtime)
     else:
         run(args.bundle, args.sweep, args.out, args.repeat)
     return 0

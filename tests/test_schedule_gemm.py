@@ -15,6 +15,10 @@ CPU only except the last test. Checked:
 - ``cp.async``: only on sm_80+ under ``hw.pass_context`` (TVM's ``tirx.use_async_copy``); its tiles
   double-buffer shared memory (within the static limit), stage no registers, compute the same,
   and build for sm_90 with ``cp.async`` in the source and no spills;
+- multi-stage ``cp.async`` (2-4 buffers, the pipeline's drain unrolled), dynamic shared memory
+  beyond 48 KiB up to the profile's opt-in limit (CUDA only), unrolled K steps and warp tiles:
+  the same results on ragged GEMMs and a conv, tiles within the profile's limits, deep pipelines
+  only where K has the steps, sm_90 builds without spills; the old form one config away;
 - a reduction over one element (a 1x1 conv of one input channel, a ``[M, 1] x [1, N]`` matmul) and
   K shorter than the K steps: taken (one K step of exactly K), computing the same with a fused
   epilogue (dlight's Fallback miscompiles that), built for sm_90 on the template without spills;
@@ -239,7 +243,7 @@ def test_async_tiles_double_buffer_and_compute_the_same(fused):
         problem = plan(func, target)[0]
         ranked = ImplicitGemm.rank(problem, gpu_limits(target), ImplicitGemm().get_config(target))
     staged = [t for t in ranked if t.async_stages]
-    assert staged and all(t.prefetch and t.shared_bytes <= gpu_limits(target).shared_memory_bytes_per_block
+    assert staged and all(t.prefetch and t.shared_bytes <= gpu_limits(target).shared_limit(t.shared_scope)
                           for t in staged)
     # the same tile prefetching through registers holds the next step there
     limits, config = gpu_limits(target), ImplicitGemm.Config()
@@ -378,6 +382,144 @@ def test_unit_k_builds_for_sm90_on_the_template(kind):
         pytest.skip("nvcc not found")
     for name, kernel in ptxas_kernels(source).items():
         assert kernel.spill_store_bytes == kernel.spill_load_bytes == 0, name
+
+
+# ---- (7) multi-stage cp.async, dynamic shared memory, unrolled K steps, warp tiles --------------
+def _matmul_kernel(m, n, k, batch=1):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((batch, m, k) if batch > 1 else (m, k), "float32"))
+    w = relax.Var("w", relax.TensorType((k, n), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.matmul(x, w)))
+        bb.emit_func_output(out)
+    return _only_kernel(bb.get())
+
+
+#: hand-made tiles of the new forms (ragged I, J and K: none divides the block or the K step)
+NEW_FORMS = [
+    dict(thread_rows=16, thread_cols=16, micro_rows=8, micro_cols=8, vector_width=4, depth_step=32, async_stages=3,
+         unroll_depth=True, shared_scope="shared.dyn", warp_slow=4, warp_fast=8),
+    dict(thread_rows=16, thread_cols=16, micro_rows=8, micro_cols=8, vector_width=4, depth_step=16, async_stages=4,
+         unroll_depth=True),
+    dict(thread_rows=8, thread_cols=16, micro_rows=8, micro_cols=8, vector_width=4, depth_step=8, async_stages=3,
+         unroll_depth=True, warp_slow=8, warp_fast=4, shared_scope="shared.dyn"),
+    dict(thread_rows=16, thread_cols=8, micro_rows=4, micro_cols=4, vector_width=1, depth_step=32, async_stages=2,
+         unroll_depth=True, shared_scope="shared.dyn"),
+]
+
+
+def _async_tile(func, target, **change):
+    with hw.pass_context(target):
+        _, tile, _ = plan(func, target)
+    return dataclasses.replace(tile, prefetch=True, split_k=1, **change)
+
+
+@pytest.mark.parametrize("form", range(len(NEW_FORMS)))
+@pytest.mark.parametrize("case", ["matmul", "conv"])
+def test_new_forms_compute_the_same(fused, form, case):
+    """Every new path on the CPU (cp.async as plain copies): a batched matmul whose I, J and K no
+    block or K step divides, and a ResNet-50 3x3 conv (its im2col operand, I the output pixels)."""
+    target = hw.target(H200)
+    func = (_matmul_kernel(200, 136, 520, batch=2) if case == "matmul"
+            else fused[("resnet50", 1)]["fused_conv2d10_add5_batch_norm4_relu4"])
+    tile = _async_tile(func, target, **NEW_FORMS[form])
+    with hw.pass_context(target), target:
+        sch = ImplicitGemm().schedule_tile(func, target, tile)
+    assert sch is not None, tile
+    script = sch.mod["main"].script()
+    assert ('"shared.dyn"' in script) == (tile.shared_scope == "shared.dyn")
+    # LLVM contracts the two loop nests' multiply-adds differently: compared at the output's scale
+    assert_schedule_preserves_numerics(func, s_tir.Schedule(_without_async_stages(sch.mod["main"])),
+                                       reassociates=True, blocks_reversed=True)
+
+
+@pytest.mark.parametrize("profile", [H200, "amd-mi300x", "nvidia-rtx-3060"])
+def test_new_forms_read_the_profile(profile):
+    """Tiles beyond the static 48 KiB are dynamic and within the profile's opt-in limit (CUDA
+    only: the MI300X's 64 KiB LDS stays static); deeper pipelines only where K has the steps;
+    the AMD profile still gets tiles for a large GEMM."""
+    target = hw.target(profile)
+    limits = gpu_limits(target)
+    with hw.pass_context(target):
+        config = ImplicitGemm().get_config(target)
+    problem = gemm_tiles.GemmProblem(1, 4096, 4096, 4096, 4, False, (False, True), (False, True))
+    tiles = gemm_tiles.rank_tiles(problem, limits, config)
+    assert tiles
+    for tile in tiles:
+        assert tile.shared_bytes <= limits.shared_limit(tile.shared_scope) <= limits.profile.shared_memory_bytes_per_block
+        if tile.shared_scope == "shared.dyn":
+            assert limits.kind == "cuda" and tile.shared_bytes > limits.shared_memory_bytes_per_block
+            assert tile.blocks_per_multiprocessor >= config.min_resident_blocks
+        if tile.async_stages:
+            assert tile.async_stages <= -(-problem.depth // (tile.depth_step * tile.split_k))
+    if limits.kind == "cuda" and config.async_copy:
+        assert any(t.async_stages > 2 for t in tiles)
+        assert limits.dynamic_shared_memory_bytes_per_block == limits.profile.shared_memory_bytes_per_block
+        # the H200's 227 KiB a block and 228 an SM hold two blocks of more than 48 KiB
+        assert any(t.shared_scope == "shared.dyn" for t in tiles) == (profile == H200)
+    else:
+        assert not any(t.async_stages for t in tiles)
+    # short K: no cp.async at all (its fill costs more than it hides), so no deep pipelines
+    short = dataclasses.replace(problem, depth=128)
+    assert not any(t.async_stages for t in gemm_tiles.rank_tiles(short, limits, config))
+
+
+def test_stages_hide_latency_only_when_a_step_is_short():
+    """The model's view of stages: a deeper pipeline divides a step's wait, so it only wins
+    where one step's compute does not already cover the load latency."""
+    target = hw.target(H200)
+    limits, config = gpu_limits(target), dataclasses.replace(ImplicitGemm.Config(), async_copy=True)
+    problem = gemm_tiles.GemmProblem(1, 4096, 4096, 4096, 4, False, (False, True), (False, True))
+
+    def modelled(micro, depth_step, stages):
+        return gemm_tiles._model(problem, limits, config, 16, 16, micro, micro, depth_step, 1, True, 4, True,
+                                 stages).time_s
+
+    assert modelled(8, 32, 3) == modelled(8, 32, 2)  # 64 FMAs a K element: compute covers the wait
+    assert modelled(4, 8, 3) < modelled(4, 8, 2)  # 16 FMAs, 8 elements a step: it does not
+
+
+def test_old_config_keeps_the_measured_form():
+    """The form of bench/results/2026-11-30-h200-stop10 (two static buffers, rolled K loop) is one
+    config away, for the sweep's side-by-side builds."""
+    target = hw.target(H200)
+    limits = gpu_limits(target)
+    old = dataclasses.replace(ImplicitGemm.Config(), async_copy=True, async_stages=(2,), unroll_async_depth=False,
+                              dynamic_shared_memory=False)
+    problem = gemm_tiles.GemmProblem(1, 4096, 4096, 4096, 4, False, (False, True), (False, True))
+    for tile in gemm_tiles.rank_tiles(problem, limits, old):
+        assert tile.async_stages in (0, 2) and not tile.unroll_depth and tile.shared_scope == "shared"
+        assert tile.shared_bytes <= 48 * 1024 and not tile.warp_slow
+
+
+def test_sm90_new_forms_build_without_spills():
+    """The new forms for sm_90 under hw.pass_context: cp.async into one dynamic shared buffer of
+    more than 48 KiB (TVM's runtime raises the kernel's limit at its first launch), 3 and 4 stages,
+    warp tiles; ptxas: no spills, at most the profile's registers."""
+    target = hw.target(H200)
+    func = _matmul_kernel(1024, 1024, 1024)
+    with hw.pass_context(target):
+        problem, best, _ = plan(func, target)
+    assert best.async_stages >= 2 and best.shared_scope == "shared.dyn" and best.unroll_depth
+    assert best.shared_bytes > 48 * 1024
+    tiles = [best] + [_async_tile(func, target, **form) for form in NEW_FORMS[:3]]
+    sources = []
+    for tile in tiles:
+        with hw.pass_context(target), target:
+            sch = ImplicitGemm().schedule_tile(func, target, tile)
+        with tvm.transform.PassContext(opt_level=3), hw.pass_context(target), target:
+            built = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
+                                target=target)
+        source = cuda_source(built)
+        assert "cp.async" in source and ("extern __shared__" in source) == (tile.shared_scope == "shared.dyn")
+        sources.append(source)
+    if not toolchain.have_nvcc():
+        pytest.skip("nvcc not found: checked in the source only")
+    for tile, source in zip(tiles, sources):
+        for name, kernel in ptxas_kernels(source).items():
+            assert kernel.spill_store_bytes == kernel.spill_load_bytes == 0, (name, tile.summary())
+            assert kernel.registers <= gpu_limits(target).profile.max_registers_per_thread
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------

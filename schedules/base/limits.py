@@ -21,7 +21,10 @@ from tvm_fusion_hw.hardware.profile import HardwareProfile
 from tvm_fusion_hw.hardware.target import profile_of
 
 #: CUDA caps a block's *static* ``__shared__`` arrays at 48 KiB whatever the opt-in limit is; TVM's
-#: ``shared`` scope is allocated statically (``shared.dyn`` would need the opt-in attribute).
+#: ``shared`` scope is allocated statically. Its ``shared.dyn`` scope is one ``extern __shared__``
+#: array sized at launch, which may reach the profile's opt-in limit: TVM's CUDA runtime
+#: (``cuda_module.cc``, since apache/tvm#11478) sets ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``
+#: itself on a kernel's first launch when it asks for 48 KiB or more.
 CUDA_STATIC_SHARED_MEMORY_BYTES = 48 * 1024
 
 #: Used when a target carries no profile. A mid-size GPU: its grid-fill estimates err towards
@@ -59,12 +62,21 @@ class GPULimits:
     shared_memory_bytes_per_block: int
     warp_instructions_per_s: float  # instruction issue rate of the whole GPU, in warp instructions
     from_profile: bool
+    #: what one block may use in the ``shared.dyn`` scope: the profile's opt-in limit on CUDA; on
+    #: ROCm the static figure (the templates do not use TVM's dynamic LDS there)
+    dynamic_shared_memory_bytes_per_block: int = 0
 
     def __hash__(self) -> int:
         # A profile holds dicts (target, sources) and does not hash; its name stands for it (the
         # tile models' caches key on limits; equality still compares the whole profile).
         return hash((self.profile.name, self.kind, self.shared_memory_bytes_per_block,
-                     self.warp_instructions_per_s, self.from_profile))
+                     self.warp_instructions_per_s, self.from_profile, self.dynamic_shared_memory_bytes_per_block))
+
+    def shared_limit(self, scope: str = "shared") -> int:
+        """Bytes one block may use in ``scope`` (``shared`` or ``shared.dyn``)."""
+        if scope == "shared.dyn":
+            return max(self.dynamic_shared_memory_bytes_per_block, self.shared_memory_bytes_per_block)
+        return self.shared_memory_bytes_per_block
 
     @property
     def resident_threads(self) -> int:
@@ -170,7 +182,8 @@ def gpu_limits(target: Target) -> GPULimits:
     -------
     limits : GPULimits
         Shared memory per block is capped at what TVM's static ``shared`` scope may use
-        (48 KiB on CUDA).
+        (48 KiB on CUDA); ``dynamic_shared_memory_bytes_per_block`` is the profile's opt-in
+        limit on CUDA (``shared.dyn``), the static figure elsewhere.
     """
     kind = target.kind.name
     static_cap = CUDA_STATIC_SHARED_MEMORY_BYTES if kind == "cuda" else 1 << 30
@@ -183,6 +196,8 @@ def gpu_limits(target: Target) -> GPULimits:
         profile=profile,
         kind=kind,
         shared_memory_bytes_per_block=min(profile.shared_memory_bytes_per_block, static_cap),
+        dynamic_shared_memory_bytes_per_block=(profile.shared_memory_bytes_per_block if kind == "cuda"
+                                               else min(profile.shared_memory_bytes_per_block, static_cap)),
         # One FP32 FMA (2 FLOP) per lane per issued instruction at peak.
         warp_instructions_per_s=profile.peak_fp32_flop_per_s / (2 * profile.warp_size),
         from_profile=from_profile,

@@ -14,7 +14,8 @@ the default keeps it):
 4. ``check(sch, problem, tile, limits) -> (tile, exact) | None``: whether the scheduled result is
    what the tile planned; the default compares the shared memory TVM compacts the buffers to with
    the tile's ``shared_bytes`` (exact), or accepts it while it fits a block (not exact, the tile's
-   figure corrected); None refuses the tile;
+   figure corrected; a tile whose ``shared_scope`` is ``shared.dyn`` against the dynamic limit);
+   None refuses the tile;
 5. ``finish(sch, tile) -> Schedule``: a last rewrite of the chosen schedule (launch bounds, say);
    the default returns it unchanged.
 
@@ -75,7 +76,7 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
         allocated = allocated_shared_bytes(sch.mod["main"])
         if allocated <= tile.shared_bytes:
             return tile, True
-        if allocated <= limits.shared_memory_bytes_per_block:
+        if allocated <= limits.shared_limit(getattr(tile, "shared_scope", "shared")):
             return dataclasses.replace(tile, shared_bytes=allocated), False
         return None
 

@@ -22,7 +22,11 @@ This rule keeps dlight's normalisation and chooses the tile per GEMM on the hard
   by ``P`` times as many blocks, each writing a partial sum, and a second kernel adds the parts and
   applies the epilogue,
 
-by a cost model on the target's hardware profile (:mod:`.gemm_tiles`). The epilogue (bias,
+by a cost model on the target's hardware profile (:mod:`.gemm_tiles`). ``cp.async`` tiles may
+also keep 3 or 4 shared buffers (copies run that many steps ahead, the pipeline's drain unrolled
+by TVM so its wait counts are constants), live in dynamic shared memory (``shared.dyn``) beyond
+the static 48 KiB up to the profile's opt-in limit, unroll their K step's loop, and lay a warp's
+lanes out as a sub-tile of the block (warp tiling, ``GemmTile.warp_slow``); see ``GemmConfig``. The epilogue (bias,
 BatchNorm, activation, residual add) runs on the accumulators before the one global store, as in
 dlight.
 
@@ -254,27 +258,49 @@ def _schedule(  # pylint: disable=too-many-locals
             cols, tile.thread_cols, tile.micro_cols, rows, tile.thread_rows, tile.micro_rows)
         fast_operand = 1
     width = tile.vector_width
-    b_fast, c_fast, t_fast, e_fast = sch.split(fast, [None, fast_micro // width, fast_threads, width])
-    b_slow, t_slow, i_slow = sch.split(slow, [None, slow_threads, slow_micro])
     ko, ki = sch.split(depth, [None, tile.depth_step])
     outer = [batch] + ([part] if final is not None else [])
-    sch.reorder(*outer, b_slow, b_fast, c_fast, t_slow, t_fast, ko, ki, i_slow, e_fast)
+    if tile.warp_slow:
+        # Warp tiling: a warp's lanes are ``warp_slow`` along the slow axis times ``warp_fast``
+        # along the fast one, each lane with its runs (strided by the lanes) and its adjacent slow
+        # outputs; the warps tile the block. A warp then reads (BK x) its sub-tile's two edges
+        # from shared memory, not a whole block-wide row.
+        lanes_fast = tile.warp_fast
+        if fast_threads % lanes_fast or slow_threads % tile.warp_slow:
+            raise ValueError("the thread shape is not a whole number of warp sub-tiles")
+        b_fast, w_fast, c_fast, l_fast, e_fast = sch.split(
+            fast, [None, fast_threads // lanes_fast, fast_micro // width, lanes_fast, width])
+        b_slow, w_slow, l_slow, i_slow = sch.split(slow, [None, slow_threads // tile.warp_slow, tile.warp_slow,
+                                                         slow_micro])
+        sch.reorder(*outer, b_slow, b_fast, c_fast, w_slow, w_fast, l_slow, l_fast, ko, ki, i_slow, e_fast)
+        t_slow, t_fast = sch.fuse(w_slow, w_fast), sch.fuse(l_slow, l_fast)
+    else:
+        b_fast, c_fast, t_fast, e_fast = sch.split(fast, [None, fast_micro // width, fast_threads, width])
+        b_slow, t_slow, i_slow = sch.split(slow, [None, slow_threads, slow_micro])
+        sch.reorder(*outer, b_slow, b_fast, c_fast, t_slow, t_fast, ko, ki, i_slow, e_fast)
     sch.bind(c_fast, "vthread.x")
     sch.bind(sch.fuse(*outer), "blockIdx.z")
     sch.bind(b_slow, "blockIdx.y")
     sch.bind(b_fast, "blockIdx.x")
     sch.bind(t_slow, "threadIdx.y")
     sch.bind(t_fast, "threadIdx.x")
+    if tile.unroll_depth:
+        # a step's K elements unrolled: nvcc then loads the next element's fragments during this
+        # element's FMAs, and the loop's counter and branch go (left rolled, 8 of 76 instructions
+        # an element were loop overhead on a 128 x 128 tile, ptxas sm_90)
+        sch.unroll(ki)
     sch.annotate(t_fast, ann_key="pragma_auto_unroll_max_step", ann_val=256)
     sch.annotate(t_fast, ann_key="pragma_unroll_explicit", ann_val=int(tile.unroll_explicit))
 
     local = sch.cache_write(gemm, 0, "local")
     sch.reverse_compute_at(local, t_fast, preserve_unit_loops=True)
 
+    warp = tile.warp_slow * tile.warp_fast
+    threads_y, threads_x = (tile.threads // warp, warp) if warp else (slow_threads, fast_threads)
     for index, spatial_inner in enumerate(problem.fetch_spatial_inner):
-        _cooperative_fetch(sch, gemm, ko, index, spatial_inner, slow_threads, fast_threads,
+        _cooperative_fetch(sch, gemm, ko, index, spatial_inner, threads_y, threads_x,
                            tile.depth_step, tile.prefetch, width > 1, tile.async_stages > 1,
-                           problem.fetch_vector_inner[index])
+                           problem.fetch_vector_inner[index], tile.shared_scope)
     if width > 1:
         # Registers for one K element: the slow operand's run once per k, the fast one's per run.
         _vector_fragment(sch, gemm, 1 - fast_operand, ki, width)
@@ -290,6 +316,11 @@ def _schedule(  # pylint: disable=too-many-locals
         sch.annotate(ko, "software_pipeline_stage", [0, 0, tile.async_stages - 1])
         sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
         sch.annotate(ko, "software_pipeline_async_stages", [0])
+        if tile.async_stages > 2:
+            # The pipeline's drain waits for async_stages - 2, ..., 0 copies in flight: a loop
+            # whose counts become constants only where TVM unrolls it itself (else codegen fails:
+            # "cp_async_wait_group: immediate operands must become compile-time constants").
+            sch.annotate(ko, "pragma_unroll_explicit", 1)
     elif tile.prefetch:
         # ko's body: A to registers, A to shared, B likewise, the compute. Steady state: load step
         # k+1 into registers, compute step k, then (after a barrier) store k+1 to shared.
@@ -301,7 +332,7 @@ def _schedule(  # pylint: disable=too-many-locals
 def _cooperative_fetch(  # pylint: disable=too-many-arguments
     sch: s_tir.Schedule, gemm: SBlockRV, ko, index: int, spatial_inner: bool,
     threads_y: int, threads_x: int, depth_step: int, prefetch: bool, k_major: bool,
-    async_copy: bool = False, vector_inner: bool = False,
+    async_copy: bool = False, vector_inner: bool = False, scope: str = "shared",
 ) -> None:
     """Stage operand ``index``'s ``[1, B, BK]`` tile in shared memory, all threads copying.
 
@@ -312,7 +343,7 @@ def _cooperative_fetch(  # pylint: disable=too-many-arguments
     With ``async_copy`` the copy is left global -> shared for ``cp.async`` (the pipeline doubles
     the buffer); with ``prefetch`` alone it goes through registers.
     """
-    fetch = sch.cache_read(gemm, index, "shared")
+    fetch = sch.cache_read(gemm, index, scope)
     sch.compute_at(fetch, ko, preserve_unit_loops=True)
     _, spatial, depth = sch.get_loops(fetch)[-3:]
     if spatial_inner:

@@ -39,8 +39,10 @@ _MIN_VECTOR_STEPS = 16
 #: stayed 4-23% slower. A count of steps would let a smaller BK pass it.
 _MIN_ASYNC_DEPTH = 256
 
-#: Buffers of each shared tile when prefetching with ``cp.async``: step k+1 lands in one while
-#: step k is read from the other (three stages measured no faster on the H200, tile sweep 4).
+#: Buffers of each shared tile when prefetching with ``cp.async`` where the caller names none:
+#: step k+1 lands in one while step k is read from the other (three stages, within the static
+#: 48 KiB and with the K loop rolled, measured no faster on the H200, tile sweep 4; the ranking
+#: tries ``GemmConfig.async_stages``).
 _ASYNC_STAGES = 2
 
 #: Elements a K-major shared row is padded by: keeps 16-byte alignment and moves the transposed
@@ -102,6 +104,38 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
         TVM unrolls the thread tile's loops itself (True) or emits them with ``#pragma unroll``
         for nvcc/LLVM to unroll (False: about a third less compile time, same ptxas registers,
         and on the H200 0-5% faster kernels in the tile sweep).
+    async_stages : tuple
+        Shared buffers a ``cp.async`` tile may have (copies run ``stages - 1`` K steps ahead):
+        a step then waits for a copy issued ``stages - 1`` steps earlier, so the model divides the
+        step's load latency by ``stages - 1`` (a deeper pipeline only pays where one step's
+        compute is shorter than that latency), and the buffers multiply the tile's shared memory
+        (fewer resident blocks). Only loops of at least ``stages`` steps get them.
+        ``(2,)``: the form measured in ``bench/results/2026-11-30-h200-stop10``.
+    unroll_async_depth : bool
+        ``cp.async`` tiles unroll their loop over a step's K elements (``GemmTile.unroll_depth``),
+        a code-generation choice the model does not rank (like ``unroll_explicit``). SASS (sm_90)
+        of a 128 x 128 tile with 8 x 8 per thread, BK 16: rolled, 76 instructions per K element
+        of which 64 FFMA and 8 the loop's, 79% FFMA over a step; unrolled 88% (89% at BK 32; the
+        rest is cp.async addressing), and nvcc can load the next element's fragments during this
+        one's FMAs. False: the rolled form measured in stop10. Other tiles stay rolled until
+        measured.
+    dynamic_shared_memory : bool
+        ``cp.async`` tiles beyond the static limit (48 KiB on CUDA) live in ``shared.dyn`` up to
+        the profile's opt-in limit (``GPULimits.dynamic_shared_memory_bytes_per_block``).
+    min_resident_blocks : int
+        Blocks per SM a tile with more than two buffers or in dynamic shared memory must keep
+        resident: with one, nothing covers its barriers and pipeline waits, which the model does
+        not count (it would rank a 4-stage 128 x 128 tile at one block an SM first).
+    async_micro_shapes : tuple
+        Thread tiles tried for ``cp.async`` tiles only, besides ``micro_shapes`` (e.g. (8, 16):
+        128 x 256 blocks, 242 registers under ptxas, one block per SM). Empty by default: not
+        measured.
+    warp_slow_lanes : tuple
+        Warp tiling for ``cp.async`` vector tiles: a warp's lanes ``L`` along the slow axis by
+        ``warp_size / L`` along the fast one, each warp a sub-tile (``GemmTile.warp_slow``). It
+        reads fewer shared bytes a K element (a 32 x 64 warp tile: 96 floats, against 144 for the
+        default 16 x 128), which the model does not count (shared bandwidth is not in it), so it
+        ranks level with the tile it changes and after it. Empty by default: not measured.
     """
 
     thread_shapes: Tuple[Tuple[int, int], ...] = ((16, 16), (8, 16), (16, 8))
@@ -122,6 +156,12 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
     unroll_explicit: bool = False
     vector_widths: Tuple[int, ...] = (1, 4)
     async_copy: bool = False
+    async_stages: Tuple[int, ...] = (2, 3, 4)
+    unroll_async_depth: bool = True
+    dynamic_shared_memory: bool = True
+    async_micro_shapes: Tuple[Tuple[int, int], ...] = ()
+    min_resident_blocks: int = 2
+    warp_slow_lanes: Tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,6 +208,15 @@ class GemmTile:  # pylint: disable=too-many-instance-attributes
     unroll_explicit: bool = True  # TVM unrolls the thread tile's loops (else it leaves ``#pragma unroll`` to nvcc)
     vector_width: int = 1  # operands read from shared memory this many floats at a time (K-major tiles)
     async_stages: int = 0  # >1: shared tiles multi-buffered, filled by cp.async this many steps ahead
+    unroll_depth: bool = False  # the loop over a K step's elements unrolled (``#pragma unroll``)
+    #: lanes of a warp along the slow axis (the output's non-contiguous one) and the fast one
+    #: (their product the profile's warp size): 0, 0 lays threads out as ``thread_rows x
+    #: thread_cols`` (a warp spans consecutive threads of the fast axis); else a warp owns a
+    #: ``warp_slow x warp_fast``-thread sub-tile and the warps tile the block
+    warp_slow: int = 0
+    warp_fast: int = 0
+    #: ``"shared"`` (static, at most 48 KiB on CUDA) or ``"shared.dyn"`` (the profile's opt-in limit)
+    shared_scope: str = "shared"
 
     @property
     def threads(self) -> int:
@@ -194,13 +243,17 @@ class GemmTile:  # pylint: disable=too-many-instance-attributes
 
     def _prefetch_words(self) -> str:
         if self.async_stages > 1:
-            return f"prefetch by cp.async ({self.async_stages} shared buffers)"
+            extra = "".join([", K step unrolled" if self.unroll_depth else "",
+                             ", dynamic shared memory" if self.shared_scope == "shared.dyn" else "",
+                             f", warps of {self.warp_slow}x{self.warp_fast} lanes" if self.warp_slow else ""])
+            return f"prefetch by cp.async ({self.async_stages} shared buffers{extra})"
         return "prefetch" if self.prefetch else "no prefetch"
 
 
 # ---- the cost model ----------------------------------------------------------------------------
 def _registers(micro_rows: int, micro_cols: int, config) -> int:
-    # accumulators, one column of A and one row of B, and the fixed part
+    # accumulators, one column of A and one row of B, and the fixed part (ptxas on unrolled K
+    # steps, sm_90: 113-125 registers for 8 x 8 against 120 estimated, 242 for 8 x 16 against 192)
     return micro_rows * micro_cols + micro_rows + micro_cols + config.fixed_registers
 
 
@@ -209,33 +262,55 @@ def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile
     tiles = []
     narrowest = min(c for _, c in config.thread_shapes) * min(c for _, c in config.micro_shapes)
     shapes = config.thread_shapes + (config.narrow_thread_shapes if problem.cols < narrowest else ())
+    micro_shapes = config.micro_shapes + tuple(m for m in config.async_micro_shapes if m not in config.micro_shapes)
     for thread_rows, thread_cols in shapes:
         threads = thread_rows * thread_cols
         if threads % limits.profile.warp_size or threads > limits.profile.max_threads_per_block:
             continue
-        for micro_rows, micro_cols in config.micro_shapes:
+        for micro_rows, micro_cols in micro_shapes:
+            only_async = (micro_rows, micro_cols) not in config.micro_shapes
             for depth_step in depth_steps(problem, config):
                 for split_k in _splits(problem, depth_step, config):
-                    # (prefetch, by cp.async): none, through registers, and by cp.async where enabled;
-                    # a K loop of one step has nothing to overlap its loads with
-                    one_step = problem.depth <= depth_step * split_k
-                    ways = [(False, False)] + ([] if one_step else [(True, False)]) + (
-                        [(True, True)] if config.async_copy and problem.depth // split_k >= _MIN_ASYNC_DEPTH else [])
-                    for (prefetch, by_async), width in itertools.product(ways, config.vector_widths):
-                        if micro_rows % width or micro_cols % width:
-                            continue
-                        if problem.exact_cols and problem.cols % (thread_cols * micro_cols):
-                            continue
-                        if width > 1 and prefetch and not by_async and threads > _MAX_PREFETCH_VECTOR_THREADS:
-                            continue
-                        if width > 1 and problem.depth < _MIN_VECTOR_STEPS * depth_step * split_k:
-                            continue
-                        tile = _model(problem, limits, config, thread_rows, thread_cols, micro_rows,
-                                      micro_cols, depth_step, split_k, prefetch, width, by_async)
-                        if tile is not None:
-                            tiles.append(tile)
-    tiles.sort(key=lambda t: (t.time_s, -t.block_rows * t.block_cols, t.split_k, not t.prefetch, not t.async_stages))
+                    for tile in _tiles_of(problem, limits, config, thread_rows, thread_cols, micro_rows, micro_cols,
+                                          depth_step, split_k, only_async):
+                        tiles.append(tile)
+    tiles.sort(key=lambda t: (t.time_s, -t.block_rows * t.block_cols, t.split_k, not t.prefetch, not t.async_stages,
+                              t.async_stages, t.shared_scope != "shared", t.warp_slow))
     return tiles
+
+
+def _tiles_of(problem, limits, config, thread_rows, thread_cols, micro_rows, micro_cols, depth_step, split_k,
+              only_async):
+    """The tiles of one block shape, K step and split: each way of prefetching (none, through
+    registers, by ``cp.async`` with each stage count and warp layout) and shared-read width."""
+    threads = thread_rows * thread_cols
+    steps = -(-problem.depth // (depth_step * split_k))
+    # (prefetch, by cp.async, stages): none, through registers, and by cp.async where enabled;
+    # a K loop of one step has nothing to overlap its loads with
+    ways = ([] if only_async else [(False, False, 1)] + ([] if steps == 1 else [(True, False, 1)]))
+    if config.async_copy and problem.depth // split_k >= _MIN_ASYNC_DEPTH:
+        ways += [(True, True, s) for s in config.async_stages if s <= steps]
+    slow_threads = thread_cols if problem.rows_contiguous else thread_rows
+    fast_threads = thread_rows if problem.rows_contiguous else thread_cols
+    warp = limits.profile.warp_size
+    for (prefetch, by_async, stages), width in itertools.product(ways, config.vector_widths):
+        if micro_rows % width or micro_cols % width:
+            continue
+        if problem.exact_cols and problem.cols % (thread_cols * micro_cols):
+            continue
+        if width > 1 and prefetch and not by_async and threads > _MAX_PREFETCH_VECTOR_THREADS:
+            continue
+        if width > 1 and problem.depth < _MIN_VECTOR_STEPS * depth_step * split_k:
+            continue
+        layouts = [(0, 0)]
+        if by_async and width > 1:
+            layouts += [(lanes, warp // lanes) for lanes in config.warp_slow_lanes
+                        if warp % lanes == 0 and slow_threads % lanes == 0 and fast_threads % (warp // lanes) == 0]
+        for warp_slow, warp_fast in layouts:
+            tile = _model(problem, limits, config, thread_rows, thread_cols, micro_rows, micro_cols, depth_step,
+                          split_k, prefetch, width, by_async, stages)
+            if tile is not None:
+                yield dataclasses.replace(tile, warp_slow=warp_slow, warp_fast=warp_fast)
 
 
 def depth_steps(problem: GemmProblem, config) -> List[int]:
@@ -263,18 +338,22 @@ def _splits(problem: GemmProblem, depth_step: int, config) -> List[int]:
 def _model(  # pylint: disable=too-many-arguments,too-many-locals
     problem: GemmProblem, limits: GPULimits, config, thread_rows: int, thread_cols: int,
     micro_rows: int, micro_cols: int, depth_step: int, split_k: int, prefetch: bool, vector_width: int,
-    async_copy: bool = False,
+    async_copy: bool = False, stages: Optional[int] = None,
 ) -> Optional[GemmTile]:
-    """Modelled time of one tile choice, or None when it does not fit the hardware."""
+    """Modelled time of one tile choice, or None when it does not fit the hardware. ``stages``:
+    the shared buffers of a ``cp.async`` tile (default: the two measured)."""
     threads = thread_rows * thread_cols
     block_rows, block_cols = thread_rows * micro_rows, thread_cols * micro_cols
     # Tiles far larger than the GEMM only compute padding.
     if block_rows > 2 * _ceil_to(problem.rows, 16) or block_cols > 2 * _ceil_to(problem.cols, 16):
         return None
-    stages = _ASYNC_STAGES if async_copy else 1
+    stages = (stages or _ASYNC_STAGES) if async_copy else 1
     shared = stages * _shared_elements(block_rows, block_cols, depth_step, vector_width) * problem.dtype_bytes
-    if shared > limits.shared_memory_bytes_per_block:
+    dynamic = async_copy and config.dynamic_shared_memory and limits.kind == "cuda"
+    scope = "shared.dyn" if dynamic and shared > limits.shared_limit("shared") else "shared"
+    if shared > limits.shared_limit(scope):
         return None
+    unrolled = async_copy and config.unroll_async_depth
     # register prefetch holds the next step's elements; cp.async writes them to shared directly
     staged = math.ceil((block_rows + block_cols) * depth_step / threads) if prefetch and not async_copy else 0
     registers = _registers(micro_rows, micro_cols, config) + staged
@@ -283,6 +362,8 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     per_sm = tile_occupancy(limits, threads, registers, shared).blocks_per_multiprocessor
     if per_sm == 0:
         return None
+    if (stages > _ASYNC_STAGES or scope != "shared") and per_sm < config.min_resident_blocks:
+        return None  # a lone block's barriers and pipeline waits are covered by no other block
 
     padded_rows = _ceil_to(problem.rows, block_rows)
     padded_cols = _ceil_to(problem.cols, block_cols)
@@ -310,7 +391,9 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     # Prefetching overlaps a block's own loads with its compute: max instead of sum.
     latency = config.step_latency_s + config.load_latency_s * math.ceil(
         (block_rows + block_cols) * depth_step / threads)
-    lone_step = max(latency + config.prefetch_overhead_s, step_compute) if prefetch else latency + step_compute
+    # With S shared buffers a step waits for a copy issued S - 1 steps before: a share of the latency.
+    hidden = latency / (stages - 1) if async_copy else latency
+    lone_step = max(hidden + config.prefetch_overhead_s, step_compute) if prefetch else latency + step_compute
     time = waves * steps * max(resident * step_compute, lone_step)
 
     if split_k > 1:
@@ -319,7 +402,7 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     ideal = problem.flops / (2 * limits.warp_instructions_per_s * limits.profile.warp_size)
     return GemmTile(thread_rows, thread_cols, micro_rows, micro_cols, depth_step, split_k, prefetch,
                     blocks, shared, registers, per_sm, time, ideal / time, config.unroll_explicit,
-                    vector_width, stages if async_copy else 0)
+                    vector_width, stages if async_copy else 0, unrolled, shared_scope=scope)
 
 
 def _shared_elements(block_rows: int, block_cols: int, depth_step: int, vector_width: int) -> int:
