@@ -1,0 +1,266 @@
+"""Tests for bench/sanitize_kernels.py (the template kernels' bundle) and its device script.
+
+Checked:
+- the device script (bench/sanitize_run_kernels.py, the bundle's run_kernels.py) under an
+  interpreter that cannot import the installed tvm, on a bundle of llvm kernels: one line per
+  kernel, a kernel that raises, one that kills its process (a segfault) and one that hangs are
+  reported by name and the kernels after them still run; --rule/--limit/--list; --no-isolate;
+- --summarize-log attributes memcheck and racecheck reports to kernels;
+- (slow) MobileNetV3-Small's bundle holds every kernel the schedule log gives a template and no
+  kernel it gives dlight (read from an independent run of hw.get_pipeline, not from the
+  script's deduplication), with each kernel's argument shapes; its libraries load on the CPU and
+  implement every kernel;
+- (gpu) the same bundle's kernels run under compute-sanitizer memcheck with no error.
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, tirx
+from tvm.script import tirx as T
+
+import tvm_fusion_hw as hw
+from tvm_fusion_hw.bundle import runtime
+from tvm_fusion_hw.bundle.writer import _export
+from tvm_fusion_hw.errors import FusionHWError
+from tvm_fusion_hw.frontend import import_onnx
+from tvm_fusion_hw.models import build
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+PYVER = f"{sys.version_info.major}.{sys.version_info.minor}"
+MODEL = "mobilenet_v3_small"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("sanitize_kernels", BENCH / "sanitize_kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _numpy_only_env(tmp_path):
+    """PYTHONPATH with numpy alone, for ``python -S``: the bundle's tvm is the only one."""
+    site = tmp_path / "numpy_only"
+    site.mkdir(exist_ok=True)
+    src = Path(np.__file__).resolve().parent
+    for name in (src.name, src.name + ".libs"):
+        if (src.parent / name).exists() and not (site / name).exists():
+            os.symlink(src.parent / name, site / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "TVM_"))}
+    env["PYTHONPATH"] = str(site)
+    return env
+
+
+# ---- the device script on llvm kernels ------------------------------------------------------------
+@T.prim_func
+def _ok(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+    for i in range(4):
+        B[i] = A[i] + T.float32(1)
+
+
+@T.prim_func
+def _gather(A: T.Buffer((4,), "float32"), idx: T.Buffer((4,), "int64"), B: T.Buffer((4,), "float32")):
+    for i in range(4):
+        B[i] = A[idx[i]]  # integer arguments are zeros: in bounds
+
+
+@T.prim_func
+def _crash(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+    B[0] = A[T.Cast("int64", T.fabs(A[0]) * T.float32(1e12) + T.float32(1e12))]  # terabytes away
+
+
+@T.prim_func
+def _hang(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+    B[0] = A[0]
+    while B[0] > T.float32(-1e30):
+        B[0] = B[0] * T.float32(0.5) + T.float32(1)
+
+
+def _arg(name, shape, dtype="float32"):
+    return {"name": name, "shape": shape, "dtype": dtype}
+
+
+#: bundle name -> (PrimFunc, rule, arguments in the manifest); k0004's shape is wrong on purpose
+CPU_KERNELS = {
+    "k0000_ok": (_ok, "VectorizedElementwise", [_arg("A", [4]), _arg("B", [4])]),
+    "k0001_gather": (_gather, "VectorizedElementwise", [_arg("A", [4]), _arg("idx", [4], "int64"), _arg("B", [4])]),
+    "k0002_crash": (_crash, "ImplicitGemm", [_arg("A", [4]), _arg("B", [4])]),
+    "k0003_hang": (_hang, "ImplicitGemm", [_arg("A", [4]), _arg("B", [4])]),
+    "k0004_bad_shape": (_ok, "RowReduction", [_arg("A", [5]), _arg("B", [4])]),
+    "k0005_after": (_ok, "RowReduction", [_arg("A", [4]), _arg("B", [4])]),
+}
+
+
+@pytest.fixture(scope="module")
+def cpu_bundle(tmp_path_factory):
+    """A bundle laid out as sanitize_kernels writes it, of llvm libraries (two, one per rule pair)."""
+    out = tmp_path_factory.mktemp("sanitize_cpu")
+    runtime.copy_tvm_runtime(out / "tvm_runtime")
+    try:
+        wheels = runtime.fetch_tvm_ffi_wheels(out / "wheels", (PYVER,))
+    except FusionHWError as err:
+        pytest.skip(f"no tvm-ffi wheel: {err}")
+    runtime.copy_runner(out)
+    shutil.copy2(BENCH / "sanitize_run_kernels.py", out / "run_kernels.py")
+    manifest = {"format": "sanitize-kernels/1", "commit": "test", "target_kind": "llvm",
+                "runtime": {"tvm": "tvm_runtime", "wheels": [f"wheels/{w}" for w in wheels]},
+                "libraries": [], "kernels": {}}
+    names = list(CPU_KERNELS)
+    for part, group in enumerate([names[:2], names[2:]]):
+        mod = tvm.IRModule({n: CPU_KERNELS[n][0].with_attr("global_symbol", n) for n in group})
+        lib = tvm.tirx.build(mod, target=tvm.target.Target({"kind": "llvm"}))
+        stem = f"lib_{part:02d}"
+        manifest["libraries"].append({"name": stem, **_export(lib, out, stem, compress=True), "kernels": group})
+        for name in group:
+            _, rule, args = CPU_KERNELS[name]
+            manifest["kernels"][name] = {"rule": rule, "args": args, "library": stem,
+                                         "sources": [{"model": "toy", "batch": 1, "kernel": name[6:]}]}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def _run_device_script(bundle, tmp_path, *extra):
+    cmd = [sys.executable, "-S", str(bundle / "run_kernels.py"), "--device", "cpu", *extra]
+    return subprocess.run(cmd, env=_numpy_only_env(tmp_path), capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_device_script_goes_on_past_failures(cpu_bundle, tmp_path):
+    results = tmp_path / "results.json"
+    done = _run_device_script(cpu_bundle, tmp_path, "--kernel-timeout", "4", "--results", str(results))
+    out = done.stdout
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = {n: [ln for ln in out.splitlines() if f" {n} " in ln and ln.startswith("[")] for n in CPU_KERNELS}
+    for name in ("k0000_ok", "k0001_gather", "k0005_after"):
+        assert any(" ok " in ln for ln in lines[name]), out
+    assert any("exited with status" in ln for ln in lines["k0002_crash"]), out
+    assert any("no result after 4 s" in ln for ln in lines["k0003_hang"]), out
+    assert any("FAILED" in ln and "ValueError" in ln for ln in lines["k0004_bad_shape"]), out
+    assert "== 6 kernels run once" in out and "3 ok, 3 failed" in out
+    saved = json.loads(results.read_text())
+    assert sorted(saved["failed"]) == ["k0002_crash", "k0003_hang", "k0004_bad_shape"]
+    assert [r["status"] for r in saved["results"]] == ["ok", "ok", "failed", "failed", "failed", "ok"]
+
+
+def test_device_script_selects_and_runs_in_process(cpu_bundle, tmp_path):
+    listed = _run_device_script(cpu_bundle, tmp_path, "--list", "--rule", "RowReduction", "VectorizedElementwise",
+                                "--limit", "3")
+    assert listed.returncode == 0 and "3 kernels selected" in listed.stdout
+    assert [n for n in CPU_KERNELS if f" {n} " in listed.stdout] == ["k0000_ok", "k0001_gather", "k0004_bad_shape"]
+    done = _run_device_script(cpu_bundle, tmp_path, "--no-isolate", "--kernels", "k0000_ok", "k0004_bad_shape",
+                              "k0005_after")
+    assert done.returncode == 1 and "2 ok, 1 failed" in done.stdout, done.stdout + done.stderr
+    assert "FAILED" in next(ln for ln in done.stdout.splitlines() if " k0004_bad_shape " in ln)
+
+
+def test_summarize_log(cpu_bundle, tmp_path):
+    log = tmp_path / "sanitizer.log"
+    log.write_text(textwrap.dedent("""\
+        ========= COMPUTE-SANITIZER
+        ========= Invalid __global__ read of size 4 bytes
+        =========     at k0002_crash_kernel+0x2c60
+        =========     by thread (0,0,0) in block (0,0,0)
+        =========
+        ========= Error: Race reported between Write access at k0003_hang_kernel+0x10
+        =========     and Read access at k0003_hang_kernel+0x20 [4 hazards]
+        ========= Warning: something the tool says about no kernel
+        ========= ERROR SUMMARY: 2 errors
+        """))
+    done = _run_device_script(cpu_bundle, tmp_path, "--summarize-log", str(log))
+    assert done.returncode == 1
+    assert "2 report(s) on 2 kernel(s), 1 not attributed; ERROR SUMMARY: 2 errors" in done.stdout, done.stdout
+    clean = tmp_path / "clean.log"
+    clean.write_text("========= COMPUTE-SANITIZER\n"
+                     "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n")
+    assert _run_device_script(cpu_bundle, tmp_path, "--summarize-log", str(clean)).returncode == 0
+
+
+# ---- a real model's bundle ------------------------------------------------------------------------
+def _schedule_log(model, batch):
+    """(rule of every kernel, template names, PrimFuncs) from the plugin's pipeline, run afresh."""
+    target = hw.target("nvidia-h200")
+    mod = relax.transform.LiftTransformParams()(
+        import_onnx(build(f"corpus:{model}", batch=batch), keep_params_in_input=True))
+    pipeline = hw.get_pipeline(target)
+    with hw.pass_context(target):
+        lowered = pipeline(mod)
+    prims = {gv.name_hint: f for gv, f in lowered.functions_items() if isinstance(f, tirx.PrimFunc)}
+    return pipeline.schedule_pass.log.rules, {type(r).__name__ for r in pipeline.schedule_pass.templates}, prims
+
+
+_LOAD_ON_CPU = """
+import json, sys, lzma, tvm
+from pathlib import Path
+blobs = []
+def fake_cuda_loader(blob):  # no CUDA driver here: keep the CUDA part's bytes, load the host part
+    blobs.append(bytes(blob))
+    return tvm.tirx.build(tvm.IRModule({}), target=tvm.target.Target({"kind": "llvm"}))
+tvm.register_global_func("ffi.Module.load_from_bytes.cuda", fake_cuda_loader, override=True)
+out = Path(sys.argv[1]); manifest = json.loads((out / "manifest.json").read_text()); report = {}
+for lib in manifest["libraries"]:
+    so = out / lib["file"]
+    so.write_bytes(lzma.open(out / lib["stored"]).read())
+    mod = tvm.runtime.load_module(str(so))
+    blob = blobs[-1]
+    report[lib["name"]] = {k: [mod.implements_function(k), all(f.encode() in blob for f in
+                                manifest["kernels"][k]["device_functions"])] for k in lib["kernels"]}
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.slow
+def test_bundle_covers_the_template_kernels_of_a_model(tmp_path):
+    """30-60 s: the plugin's pipeline twice on MobileNetV3-Small and a build of its kernels."""
+    script = _script()
+    try:
+        manifest = script.write_bundle(tmp_path / "b", [MODEL], [1], precompile=False)
+    except FusionHWError as err:
+        pytest.skip(f"no tvm-ffi wheel: {err}")
+    rules, templates, prims = _schedule_log(MODEL, 1)
+    on_template = {n for n, r in rules.items() if r in templates}
+    on_dlight = {n for n, r in rules.items() if r not in templates}
+    assert on_template and on_dlight and set(prims) == set(rules)
+    found = {}
+    for name, kernel in manifest["kernels"].items():
+        for source in kernel["sources"]:
+            assert source["model"] == MODEL and source["batch"] == 1
+            found[source["kernel"]] = (name, kernel)
+    assert set(found) == on_template  # every template kernel, no dlight kernel
+    assert not set(found) & on_dlight
+    for original, (name, kernel) in found.items():
+        assert kernel["rule"] == rules[original], original
+        params = prims[original].params
+        assert kernel["args"] == [{"name": p.name, "shape": [int(d) for d in p.ty.shape], "dtype": str(p.ty.dtype)}
+                                  for p in params], original
+        assert kernel["device_functions"] and kernel["library"].startswith(kernel["rule"])
+    assert not manifest["build_errors"] and not manifest["excluded"]
+    listed = [k for lib in manifest["libraries"] for k in lib["kernels"]]
+    assert sorted(listed) == sorted(manifest["kernels"])
+    done = subprocess.run([sys.executable, "-c", _LOAD_ON_CPU, str(tmp_path / "b")], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {k: v for lib in loaded.values() for k, v in lib.items()} == {k: [True, True] for k in listed}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(shutil.which("compute-sanitizer") is None or shutil.which("nvidia-smi") is None,
+                    reason="needs an NVIDIA GPU and compute-sanitizer")
+def test_model_kernels_pass_memcheck(tmp_path):
+    script = _script()
+    script.write_bundle(tmp_path / "b", [MODEL], [1], python_versions=(PYVER,))
+    cmd = ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "1", sys.executable, "-S",
+           str(tmp_path / "b" / "run_kernels.py")]
+    done = subprocess.run(cmd, env=_numpy_only_env(tmp_path), capture_output=True, text=True, timeout=1800,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "0 failed" in done.stdout and "ERROR SUMMARY: 0 errors" in done.stdout
