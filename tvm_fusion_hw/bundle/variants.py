@@ -7,6 +7,15 @@ Keys are fields of :class:`tvm_fusion_hw.PolicyConfig`, plus ``schedules`` (of `
 ``true``, ``false`` or ``+``-separated template names, e.g. ``schedules=RowReduction+ConvPool``
 to leave every other template's kernels to dlight). A value takes the type of the knob's default:
 ``true``/``false``, a number, or ``+``-separated names for a tuple (``none``: the package default).
+
+The proof by emulated limits (issue 15) adds three knobs, see :mod:`.emulation`:
+``fusion_profile=P`` (fuse as profile P decides; the build is still for the bundle's target),
+``limits=P`` (build for the bundle's GPU with P's per-block and per-SM limits: the target's
+``max_shared_memory_per_block`` and ``max_threads_per_block``, the templates' occupancy and
+launch bounds, and registers per thread capped at what P's register file allows the kernel's
+block and planned residency, through ``tirx.max_registers``, i.e. ``__maxnreg__``) and
+``max_registers=N`` (a register cap per thread for every kernel, alone or with ``limits``).
+Both P must be NVIDIA profiles (the bundle's runner runs CUDA).
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ from tvm_fusion_hw.schedules.rules import rules_named
 
 #: get_pipeline keywords besides PolicyConfig's fields, with their defaults
 _PIPELINE_KEYS = {"schedules": True}
+#: the emulation knobs (tvm_fusion_hw.bundle.emulation) with their defaults: not get_pipeline's
+EMULATION_KEYS = {"fusion_profile": None, "limits": None, "max_registers": 0}
 #: knobs that hold Python objects, not text
 _NOT_FROM_TEXT = {"split_groups"}
 #: names the runner already uses for libraries, PyTorch columns and errors
@@ -41,7 +52,7 @@ class VariantSpec:
 
 
 def _defaults() -> Dict[str, object]:
-    out = dict(_PIPELINE_KEYS)
+    out = {**_PIPELINE_KEYS, **EMULATION_KEYS}
     for field in dataclasses.fields(PolicyConfig):
         if field.name not in _NOT_FROM_TEXT:
             out[field.name] = field.default if field.default is not dataclasses.MISSING \
@@ -52,6 +63,14 @@ def _defaults() -> Dict[str, object]:
 def _value(spec: str, key: str, text: str, default: object) -> object:
     """``text`` as the type of ``default``."""
     low = text.strip().lower()
+    if key in ("fusion_profile", "limits"):
+        from .emulation import check_emulation_profile  # pylint: disable=import-outside-toplevel
+        try:
+            return check_emulation_profile(text.strip(), key)
+        except FusionHWError as err:
+            raise FusionHWError(f"--variant {spec!r}: {err}") from None
+    if key == "max_registers" and not (text.strip().isdigit() and 0 <= int(text) <= 255):
+        raise FusionHWError(f"--variant {spec!r}: max_registers={text!r}, expected 0 (none) to 255")
     if key == "schedules" and low not in ("true", "1", "yes", "on", "false", "0", "no", "off"):
         names = [name for name in text.split("+") if name]
         try:
@@ -119,8 +138,15 @@ def parse_variants(specs: Sequence[object], models: Sequence[str]) -> List[Varia
 
 
 def pipeline_knobs(spec: VariantSpec) -> Dict[str, object]:
-    """Keywords for ``get_pipeline``: tuple knobs as tuples, template names as the rules."""
-    knobs = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.knobs.items()}
+    """Keywords for ``get_pipeline``: tuple knobs as tuples, template names as the rules (the
+    emulation knobs left out: :func:`emulation_knobs`)."""
+    knobs = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.knobs.items()
+             if k not in EMULATION_KEYS}
     if isinstance(knobs.get("schedules"), tuple):
         knobs["schedules"] = rules_named(knobs["schedules"])
     return knobs
+
+
+def emulation_knobs(spec: VariantSpec) -> Dict[str, object]:
+    """The emulation knobs a variant sets (``fusion_profile``, ``limits``, ``max_registers``)."""
+    return {k: v for k, v in spec.knobs.items() if k in EMULATION_KEYS and v not in (None, 0)}

@@ -58,8 +58,9 @@ from tvm_fusion_hw.models import build, check_name
 from tvm_fusion_hw.pipeline import fusion_pass, get_pipeline, pass_context, stock_pipeline
 
 from .cubins import precompile_cuda
+from .emulation import emulated_build, emulation_facts, emulation_pipeline, main_launches
 from .runtime import REPO, copy_builders, copy_runner, copy_tvm_runtime, fetch_tvm_ffi_wheels
-from .variants import VariantSpec, parse_variants, pipeline_knobs
+from .variants import VariantSpec, emulation_knobs, parse_variants, pipeline_knobs
 
 DEFAULT_MODELS = ("mobilenet_v2", "resnet50", "squeezenet1_1", "bert_encoder_layer", "relu_add_mul",
                   "eltwise5", "conv_relu_pool", "dw_pw", "layernorm_residual")
@@ -222,13 +223,18 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
         stem = f"{file_name}_b{batch}_{key}"
         start = time.time()
         knobs = pipeline_knobs(spec) if spec else None
+        # fusion_profile / limits / max_registers (bundle.emulation): the variant's own target and
+        # fusion profile, and a register cap after the pipeline
+        emu = emulation_knobs(spec) if spec else {}
+        vtgt, vprofile, limits = emulated_build(emu, tgt, profile) if emu else (tgt, profile, None)
         # the plugin's builds take its PassContext options (cp.async on sm_80+), as a user's would;
         # stock TVM builds as it comes
         try:
             with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": use_graph}), \
-                    (pass_context(tgt) if pipe == "hw" else contextlib.nullcontext()):
-                relax_pipeline = _pipeline(pipe, tgt, profile, knobs)
-                ex = tvm.compile(mod, target=tgt, relax_pipeline=relax_pipeline)
+                    (pass_context(vtgt) if pipe == "hw" else contextlib.nullcontext()):
+                relax_pipeline = _pipeline(pipe, vtgt, vprofile, knobs)
+                relax_pipeline = emulation_pipeline(relax_pipeline, emu, profile, limits) if emu else relax_pipeline
+                ex = tvm.compile(mod, target=vtgt, relax_pipeline=relax_pipeline)
         except Exception as err:  # pylint: disable=broad-except
             # Stock TVM fails on some models (dlight's Matmul on SE at batch 32): the entry keeps
             # the libraries that built, and the runner compares them with onnxruntime.
@@ -246,9 +252,12 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
                 entry["report"] = report_file
             else:  # groups of main, as hw_groups counts them
                 variant.update(knobs=spec.knobs, report=report_file,
-                               groups=_main_costs(mod, tgt, profile, knobs)[2])
+                               groups=_main_costs(mod, vtgt, vprofile, knobs)[2])
         variant.update(_export(ex, out, stem, compress))
         code = _cuda_source(ex) if sources is not None else None
+        variant["launches"] = main_launches(ex, code)  # kernel order of one main run (ncu CSVs)
+        if emu:
+            variant["emulation"] = emulation_facts(ex, vtgt, emu, relax_pipeline, limits, code)
         if code is not None:
             variant["cuda_source_sha256"] = hashlib.sha256(code.encode()).hexdigest()
             sources[variant["cuda_source_sha256"]] = code
@@ -406,7 +415,12 @@ def bundle_main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--variant", action="append", default=[], dest="variants",
                         metavar="NAME:MODEL:KEY=VALUE,...",
                         help="also build MODEL with the hw pipeline and these PolicyConfig knobs "
-                             "(e.g. eltwise5_split:eltwise5:max_depth=1); repeatable")
+                             "(e.g. eltwise5_split:eltwise5:max_depth=1), or schedules=RuleA+RuleB, or "
+                             "the emulation knobs: fusion_profile=P (fuse as NVIDIA profile P decides), "
+                             "limits=P (build for --profile's GPU with P's shared memory and threads per "
+                             "block, occupancy, launch bounds and a register cap from P's register file; "
+                             "ptxas feasibility on P recorded), max_registers=N (__maxnreg__ cap on every "
+                             "kernel); repeatable")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
     manifest = write_bundle(args.out, args.models, args.batches, profile=args.profile,
