@@ -25,13 +25,14 @@ and writes ``sweep_results.json`` and ``sweep.md``.
 
     python bench/tile_sweep.py build --out .bundle/sweep resnet50:32:fused_conv2d16_add9_batch_norm7_relu7
     python3 bench/tile_sweep.py run --bundle .bundle --sweep .bundle/sweep --out results
-    python bench/tile_sweep.py build --out .gemm_sweep --runtime --configs old new --top 0 \
+    python bench/tile_sweep.py build --out .bundle_gemm_sweep --runtime --configs old new --top 0 \
         gemm:1024:1024:1024 gemm:2048:2048:2048 gemm:4096:4096:4096 gemm:6272:3072:768
-    python3 .gemm_sweep/tile_sweep.py run --bundle .gemm_sweep --sweep .gemm_sweep --out results
+    python3 .bundle_gemm_sweep/tile_sweep.py run --bundle .bundle_gemm_sweep --sweep .bundle_gemm_sweep --out results
 """
 
 import argparse
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import sys
@@ -49,6 +50,12 @@ CONFIGS = {
     "new-warp": {"warp_slow_lanes": (4, 2)},  # and warp tiles (the model ranks them level: not default)
     # and 8 x 16 thread tiles (128 x 256 blocks, one block an SM): not default, not measured
     "new-big": {"async_micro_shapes": ((8, 16), (16, 8)), "min_resident_blocks": 1},
+}
+#: What a config's tile must be to stand for it (its best such tile is built, not its best
+#: overall: warp tiles rank level with the tiles they change, and after them)
+CONFIG_FORMS = {
+    "new-warp": lambda t: t.warp_slow > 0,
+    "new-big": lambda t: t.micro_rows * t.micro_cols > 64,
 }
 
 
@@ -150,6 +157,12 @@ def _configured_tiles(func, target, top: int, configs):
             continue
         problem, best, _ = planned
         ranked = rule.rank(problem, gpu_limits(target), rule.get_config(target))
+        form = CONFIG_FORMS.get(name)
+        if form is not None:
+            ranked = [t for t in ranked if form(t)]
+            if not ranked:
+                continue
+            best = ranked[0]
         for tile in [best] + ranked[:top]:
             key = json.dumps(dataclasses.asdict(dataclasses.replace(tile, time_s=0.0, score=0.0)), sort_keys=True)
             if key not in seen:
@@ -201,7 +214,10 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(),
             if code:
                 sources[lib.name] = code
             variants.append({"name": name, "config": config, "file": lib.name,
-                             "tile": dataclasses.asdict(tile) if tile is not None else None})
+                             "tile": dataclasses.asdict(tile) if tile is not None else None,
+                             # the runner's cache key: cubin/<key>.bin.xz with --runtime
+                             "cubin_key": hashlib.sha256((str(target.attrs["arch"]) + code).encode()).hexdigest()
+                             if code else None})
             print(f"built {lib.name}" + (f": {tile.summary()}" if tile is not None else ""), flush=True)
         entries.append({"case": case, "problem": dataclasses.asdict(problem), "flops": problem.flops,
                         "args": [[[int(d) for d in p.ty.shape], str(p.ty.dtype)] for p in func.params],
