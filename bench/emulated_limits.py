@@ -8,10 +8,10 @@ and timed there. Profiles whose plans are the same on a model share one build, a
 profiles whose limits are the same (the H100's are the H200's: those builds are plain ``hw``).
 
     # which builds; the bundle command (or --out DIR to build it here)
-    nice python bench/emulated_limits.py plan [--models corpus:mnasnet1_0 ...] [--out .bundle-emu]
+    nice python bench/emulated_limits.py plan [--models corpus:mnasnet1_0 ...] [--out .bundle_emu]
     # on the GPU box: the commands `plan` prints (run.py, then ncu over the same bundle)
     # the table
-    python bench/emulated_limits.py report --bundle .bundle-emu --results OUT/results.json \\
+    python bench/emulated_limits.py report --bundle .bundle_emu --results OUT/results.json \\
         [--ncu OUT/dram.csv] --out report.md
 
 Bandwidth cannot be emulated: with an ncu CSV (``dram__bytes_read.sum``, ``dram__bytes_write.sum``
@@ -19,7 +19,10 @@ per kernel launch) the report gives each plan's DRAM bytes and its *modelled* ti
 the sum over kernels of max(bytes / P's DRAM bandwidth, FLOPs / P's FP32 peak), FLOPs from the
 plan's fusion report. Each library's runs are found in the CSV by the kernel order of one ``main``
 run (the manifest's ``launches``): the runner runs each library's ``main`` ``--main-runs`` times
-(3 with ``--repeat 1 --number 1``: the output run, time_evaluator's warm-up, one timed run).
+(3 with ``--repeat 1 --number 1``: the output run, time_evaluator's warm-up, one timed run). ncu
+profiles every launch (no ``-k`` filter: the runs are found by their whole kernel sequence); two
+DRAM metrics take one replay pass, with the caches flushed before each kernel (``--cache-control
+all``, ncu's default): bytes as a GPU whose L2 holds nothing between kernels would move them.
 """
 
 from __future__ import annotations
@@ -139,7 +142,7 @@ def commands(result: dict, bundle: str, models: Sequence[str], batches: Sequence
                   f"--no-graph {variants}"),
         "time": (f"python3 {bundle}/run.py --out emu-results {sel} --no-graph --torch "
                  f"--repeat 20"),
-        "ncu": (f"ncu --metrics {','.join(NCU_METRICS)} --csv --page raw --print-units base "
+        "ncu": (f"ncu --metrics {','.join(NCU_METRICS)} --cache-control all --csv --page raw --print-units base "
                 f"--log-file emu-results/dram.csv python3 {bundle}/run.py --out emu-ncu {sel} --no-graph "
                 f"--torch --no-isolate --repeat 1 --number 1 --min-repeat-ms 0"),
         "report": (f".venv/bin/python bench/emulated_limits.py report --bundle {bundle} --results "
@@ -254,7 +257,8 @@ def report(bundle: Path, results: dict, emu_plan: dict, ncu_text: Optional[str] 
              f"{results.get('system', {}).get('gpu', results.get('system', {}).get('device', '?'))}. "
              "Times: median of the runner's repeats (ms). Feasible: every kernel's ptxas registers, shared "
              "memory and block size fit P, and no fused pair had to be staged under P's limits. "
-             "DRAM: ncu dram__bytes_read.sum + dram__bytes_write.sum of one main run (MB). "
+             "DRAM: ncu dram__bytes_read.sum + dram__bytes_write.sum of one main run (MB), each kernel "
+             "with cold caches (ncu --cache-control all: the H200's 50 MB L2 keeps nothing between kernels). "
              "**Modelled** (not measured): sum over kernels of max(bytes / P's DRAM bandwidth, FLOPs / P's "
              "FP32 peak), in ms: bandwidth cannot be emulated on the H200.", "",
              "| model | batch | P | Q | decision | P-plan ms | Q-plan ms (P's limits) | winner | feasible P / Q "
@@ -328,7 +332,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     pl.add_argument("--batches", nargs="+", type=int, default=list(DEFAULT_BATCHES))
     pl.add_argument("--profiles", nargs="+", default=list(SHORT), help="NVIDIA profiles to pair")
     pl.add_argument("--max-variants", type=int, default=4, help="extra builds per model at most")
-    pl.add_argument("--bundle", default=".bundle-emu", help="bundle folder the commands name")
+    pl.add_argument("--bundle", default=".bundle_emu", help="bundle folder the commands name")
     pl.add_argument("--out", help="build the bundle into this folder now")
     rp = sub.add_parser("report", help="the markdown table from the runner's results.json (+ ncu CSV)")
     rp.add_argument("--bundle", required=True)
