@@ -47,7 +47,7 @@ CONFIGS = {
     # static shared memory, the K step's loop rolled
     "old": {"async_stages": (2,), "unroll_async_depth": False, "dynamic_shared_memory": False},
     "new": {},  # today's defaults: 2-4 buffers, dynamic shared memory beyond 48 KiB, K step unrolled
-    "new-warp": {"warp_slow_lanes": (4, 2)},  # and warp tiles (the model ranks them level: not default)
+    "new-warp": {"warp_slow_lanes": (4,)},  # and 32 x 64 warp tiles of 4 x 8 lanes (ranked level: not default)
     # and 8 x 16 thread tiles (128 x 256 blocks, one block an SM): not default, not measured
     "new-big": {"async_micro_shapes": ((8, 16), (16, 8)), "min_resident_blocks": 1},
 }
