@@ -278,11 +278,17 @@ def run(bundle: Path, sweep: Path, out: Path, repeat: int) -> None:
         arrays = [rng.uniform(0.5, 1.5, shape).astype(dtype) for shape, dtype in case["args"]]
         reference = None
         for variant in case["variants"]:
-            lib = tvm.runtime.load_module(str(sweep / variant["file"]))
-            func = lib["main"]
-            args = [tvm.runtime.tensor(a, dev) for a in arrays]
-            func(*args)
-            output = args[-1].numpy()
+            try:
+                lib = tvm.runtime.load_module(str(sweep / variant["file"]))
+                args = [tvm.runtime.tensor(a, dev) for a in arrays]
+                lib["main"](*args)
+                output = args[-1].numpy()
+            except Exception as err:  # pylint: disable=broad-except
+                # one schedule that does not load or launch (a dynamic shared memory size the
+                # device refuses, say) is a row of its own; the others still run
+                variant["error"] = f"{type(err).__name__}: {str(err).splitlines()[-1][:300]}"
+                print(f"{case['case']:44s} {variant['name']:9s} FAILED {variant['error']}", flush=True)
+                continue
             if reference is None:
                 reference = output
             variant["rel_err"] = float(np.linalg.norm(output - reference) / np.linalg.norm(reference))
@@ -332,6 +338,9 @@ def write_markdown(results, path: Path) -> None:
                   "| --- | --- | --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for v in sorted(case["variants"], key=lambda v: v.get("us", float("inf"))):
             t = v["tile"]
+            if "us" not in v:
+                lines.append(f"| {v['name']} | failed: {v.get('error', '?')} |")
+                continue
             cells = (["dlight"] + ["-"] * 9 if t is None else
                      [v["name"], f"{t['thread_rows']}x{t['thread_cols']}" + (
                          f", warps {t['warp_slow']}x{t['warp_fast']}" if t.get("warp_slow") else ""),
