@@ -9,11 +9,14 @@ import warnings
 
 import pytest
 import tvm
+import tvm_ffi
 from tvm import relax, s_tir
+from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.frontend import import_onnx
-from tvm_fusion_hw.guarded_schedule import GuardedSchedule, TemplateFallbackWarning, dlight_rules, one_line
+from tvm_fusion_hw.guarded_schedule import (GuardedSchedule, ScheduleLog, TemplateFallbackWarning, dlight_rules,
+                                            one_line, schedule_kernel)
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.models.common import GraphBuilder
 from tvm_fusion_hw.schedules import ConvPool, ImplicitGemm, VectorizedElementwise
@@ -82,8 +85,15 @@ def test_verify_none_accepts_what_the_check_refuses():
 
 def test_a_fused_pair_its_template_cannot_schedule_is_staged_again():
     """ConvPool fails on the fused conv+pool kernel: the pipeline fuses again without that pair,
-    so the conv keeps its GEMM template and the pool runs apart, as if the pair were staged."""
+    so the conv keeps its GEMM template and the pool runs apart, as if the pair were staged. The
+    second fusion and schedule reuse the first's remembered plans and kernels, and build what a
+    pipeline told of the refusal from the start builds."""
     ex, pipeline, warned = compile_with("conv_relu_pool", [BrokenConvPool(), ImplicitGemm()])
+    refusals = tuple(pipeline.fuse_pass.config.refused_pairs)
+    direct, fresh, _ = compile_with("conv_relu_pool", [BrokenConvPool(), ImplicitGemm()], refused_pairs=refusals)
+    assert refusals and cuda_source(ex) == cuda_source(direct)
+    assert pipeline.schedule_pass.log.rules == fresh.schedule_pass.log.rules
+    assert pipeline.schedule_pass.memo.hits > 0  # the kernels the second run did not change
     report = pipeline.fuse_pass.report
     (pair,) = report.find("complex-pair")
     assert not pair.fused and pair.staged
@@ -213,3 +223,134 @@ def test_a_unit_reduction_keeps_its_epilogue_apart():
     assert any("reduces over one element" in d.reason and not d.fused for d in fuse.report.decisions)
     for func in kernels.values():
         assert_schedule_preserves_numerics(func, _dlight_schedule(func))
+
+
+# ---- kernels built together, outcomes remembered ------------------------------------------------
+H200_TARGET = hw.target(H200)
+
+
+@T.prim_func(private=True, s_tir=True)
+def add_one(a: T.Buffer((4096,), "float32"), b: T.Buffer((4096,), "float32")):
+    for i in range(4096):
+        with T.sblock("add"):
+            vi = T.axis.spatial(4096, i)
+            b[vi] = a[vi] + T.float32(1)
+
+
+@T.prim_func(private=True, s_tir=True)
+def add_one_renamed(x: T.Buffer((4096,), "float32"), y: T.Buffer((4096,), "float32")):
+    for i in range(4096):
+        with T.sblock("plus"):
+            vi = T.axis.spatial(4096, i)
+            y[vi] = x[vi] + T.float32(1)
+
+
+@T.prim_func(private=True, s_tir=True)
+def double(a: T.Buffer((4096,), "float32"), b: T.Buffer((4096,), "float32")):
+    for i in range(4096):
+        with T.sblock("double"):
+            vi = T.axis.spatial(4096, i)
+            b[vi] = a[vi] * T.float32(2)
+
+
+@T.prim_func(private=True, s_tir=True)
+def matmul(a: T.Buffer((256, 256), "float32"), b: T.Buffer((256, 256), "float32"),
+           c: T.Buffer((256, 256), "float32")):
+    for i, j, k in T.grid(256, 256, 256):
+        with T.sblock("matmul"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                c[vi, vj] = T.float32(0)
+            c[vi, vj] = c[vi, vj] + a[vi, vk] * b[vk, vj]
+
+
+class UnboundWhere(UnboundSchedule):
+    """Leaves unbound (the build check refuses it) the kernels whose TVMScript has ``marker``;
+    does not take the others."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def apply(self, func, target, tunable):
+        return super().apply(func, target, tunable) if self.marker in func.script() else None
+
+
+class RaisesWithoutAsyncCopy(VectorizedElementwise):
+    """VectorizedElementwise where the PassContext has ``tirx.use_async_copy``; raises elsewhere
+    (a template whose answer depends on the build's options, as ImplicitGemm's does)."""
+
+    def apply(self, func, target, tunable):
+        if not tvm.transform.PassContext.current().config.get("tirx.use_async_copy", False):
+            raise RuntimeError("no async copy")
+        return super().apply(func, target, tunable)
+
+
+def scheduled(sched, funcs, target=H200_TARGET, context=None):
+    """Run schedule pass ``sched`` on a module of ``funcs`` (name -> PrimFunc): {name: script}."""
+    with warnings.catch_warnings(record=True), context or tvm.transform.PassContext(), target:
+        warnings.simplefilter("always")
+        out = sched(tvm.IRModule(dict(funcs)))
+    return {gv.name_hint: f.script() for gv, f in out.functions.items()}
+
+
+def test_kernels_built_together_fall_back_as_if_each_were_built_alone():
+    """One kernel of three fails its template's check: the three are built together, that build
+    fails, and each is built alone; the log and the kernels are those of scheduling each alone."""
+    funcs = {"k_add": add_one, "k_double": double, "k_plus": add_one_renamed}
+    rules = [UnboundWhere('"double"'), VectorizedElementwise()]
+    sched = GuardedSchedule(rules)
+    out = scheduled(sched, funcs)
+    alone_log, alone = ScheduleLog(), {}
+    with warnings.catch_warnings(record=True), H200_TARGET:
+        for name, func in funcs.items():
+            alone[name] = schedule_kernel(name, func, H200_TARGET, rules, dlight_rules(), "build", alone_log).script()
+    assert out == alone
+    assert sched.log.rules == alone_log.rules == {name: "VectorizedElementwise" for name in funcs}
+    assert sched.log.fallbacks == alone_log.fallbacks
+    (fallback,) = sched.log.fallbacks
+    assert (fallback.kernel, fallback.rule, fallback.stage) == ("k_double", "UnboundWhere", "build")
+    assert "bound to no GPU thread" in fallback.error
+
+
+def test_the_memo_keeps_two_kernels_of_one_name_apart():
+    """One pass run on modules whose kernel ``k`` differs each time: each gets its own schedule,
+    even a kernel that is structurally equal to one seen before but names its buffers and block
+    otherwise (structural equality ignores names; the generated code does not)."""
+    assert tvm_ffi.structural_equal(add_one, add_one_renamed)
+    rules = [VectorizedElementwise()]
+    sched = GuardedSchedule(rules)
+    for func in (add_one, double, add_one_renamed):
+        assert scheduled(sched, {"k": func}) == scheduled(GuardedSchedule(rules), {"k": func})
+    assert "y[" in scheduled(sched, {"k": add_one_renamed})["k"]
+    assert sched.memo.hits == 1 and len(sched.memo) == 3
+    assert scheduled(sched, {"k": add_one}) == scheduled(GuardedSchedule(rules), {"k": add_one})
+    assert sched.memo.hits == 2
+
+
+def test_the_memo_keeps_targets_apart():
+    """The same kernel for two GPUs is scheduled for each (ImplicitGemm's tiles differ)."""
+    rtx = hw.target("nvidia-rtx-3060")
+    sched = GuardedSchedule(default_rules_for_test())
+    h200, rtx_out = scheduled(sched, {"k": matmul}), scheduled(sched, {"k": matmul}, rtx)
+    assert h200 != rtx_out
+    assert h200 == scheduled(GuardedSchedule(default_rules_for_test()), {"k": matmul})
+    assert rtx_out == scheduled(GuardedSchedule(default_rules_for_test()), {"k": matmul}, rtx)
+    assert sched.memo.hits == 0 and sched.log.rules == {"k": "ImplicitGemm"}
+
+
+def test_the_memo_keeps_pass_contexts_apart():
+    """A template that answers differently under the build's options (``tirx.use_async_copy``) is
+    asked again under other options; the fallback it caused is logged again when remembered."""
+    sched = GuardedSchedule([RaisesWithoutAsyncCopy(), VectorizedElementwise()])
+    scheduled(sched, {"k": add_one})
+    assert sched.log.rules == {"k": "VectorizedElementwise"} and sched.log.fallbacks[0].error.endswith("no async copy")
+    scheduled(sched, {"k": add_one}, context=hw.pass_context(H200_TARGET))
+    assert sched.log.rules == {"k": "RaisesWithoutAsyncCopy"} and not sched.log.fallbacks
+    scheduled(sched, {"k": add_one})
+    assert sched.memo.hits == 1 and [f.rule for f in sched.log.fallbacks] == ["RaisesWithoutAsyncCopy"]
+
+
+def default_rules_for_test():
+    from tvm_fusion_hw.schedules import default_rules
+
+    return default_rules()

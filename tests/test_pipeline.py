@@ -3,11 +3,17 @@
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import relax
+from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
+from tvm_fusion_hw.frontend import import_onnx
+from tvm_fusion_hw.fusion.memo import ExactIRMemo
 from tvm_fusion_hw.hardware import toolchain
-from tvm_fusion_hw.models import list_models
+from tvm_fusion_hw.models import build, list_models
+from tvm_fusion_hw.pipeline import fused_module
+from tvm_fusion_hw.schedules import template_planners
 
 MICRO = ["relu_add_mul", "eltwise5", "conv_relu_pool", "dw_pw", "layernorm_residual"]
 FULL = ["mobilenet_v2", "resnet50", "squeezenet1_1", "bert_encoder_layer"]
@@ -116,3 +122,75 @@ def test_builds_for_every_gpu_arch(runner, tmp_path, profile, model):
     path = tmp_path / f"{model}.so"
     ex.export_library(str(path))
     assert path.stat().st_size > 0
+
+
+# ---- the templates' plans, remembered ------------------------------------------------------------
+class ForgetfulMemo(ExactIRMemo):
+    """A memo that never remembers: every plan is asked for again."""
+
+    def lookup(self, key, funcs):
+        self.misses += 1
+        return False, None
+
+
+def _fuse(model, profile, **kwargs):
+    """(the fusion pass, the fused module) of zoo ``model`` at batch 1 on ``profile``."""
+    target = hw.target(profile)
+    mod = relax.transform.LiftTransformParams()(import_onnx(build(model, batch=1), keep_params_in_input=True))
+    fuse = hw.HardwareAwareFuseOps(target, planners=template_planners(), **kwargs)
+    return fuse, fused_module(mod, target, fuse)
+
+
+def test_remembered_plans_decide_as_plans_asked_again():
+    """MobileNetV2's depthwise and pointwise convs are each in two complex pairs: their part plans
+    are asked once and remembered, and the decisions (reasons, figures, groups) and the fused
+    module are those of a pass that asks every time."""
+    remembered, fused = _fuse("mobilenet_v2", "nvidia-h200")
+    asked, fused_again = _fuse("mobilenet_v2", "nvidia-h200", plan_memo=ForgetfulMemo())
+    assert remembered.plan_memo.hits > 0 and asked.plan_memo.misses > remembered.plan_memo.misses
+    assert remembered.report == asked.report
+    assert fused.script() == fused_again.script()
+
+
+def test_a_plan_memo_shared_by_two_profiles_keeps_them_apart():
+    """Plans are remembered per target: a memo that planned for the H200 gives the RTX 3060 its
+    own plans (its limits and tiles differ)."""
+    memo = ExactIRMemo()
+    h200, _ = _fuse("dw_pw", "nvidia-h200", plan_memo=memo)
+    shared, _ = _fuse("dw_pw", "nvidia-rtx-3060", plan_memo=memo)
+    fresh, _ = _fuse("dw_pw", "nvidia-rtx-3060")
+    assert memo.hits == 0 and shared.report == fresh.report
+    (pair_h200,), (pair_rtx,) = h200.report.find("complex-pair"), shared.report.find("complex-pair")
+    assert pair_h200.figures != pair_rtx.figures
+
+
+@T.prim_func(private=True, s_tir=True)
+def _add_one(a: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32")):
+    for i in range(64):
+        with T.sblock("e"):
+            vi = T.axis.spatial(64, i)
+            b[vi] = a[vi] + T.float32(1)
+
+
+@T.prim_func(private=True, s_tir=True)
+def _add_one_renamed(x: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32")):
+    for i in range(64):
+        with T.sblock("e"):
+            vi = T.axis.spatial(64, i)
+            b[vi] = x[vi] + T.float32(1)
+
+
+def test_the_exact_ir_memo_tells_apart_what_structural_equality_does_not():
+    """Same structure, another buffer name: two entries; the same IR under another PassContext or
+    another key: asked again; the same IR again: remembered."""
+    assert tvm_ffi.structural_equal(_add_one, _add_one_renamed)
+    memo, calls = ExactIRMemo(), []
+
+    def answer(func, key="k"):
+        return memo.get(key, (func,), lambda: calls.append(func) or len(calls))
+
+    assert answer(_add_one) == 1 and answer(_add_one_renamed) == 2 and answer(_add_one) == 1
+    with tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
+        assert answer(_add_one) == 3
+    assert answer(_add_one, "another key") == 4
+    assert len(memo) == 4 and memo.hits == 1

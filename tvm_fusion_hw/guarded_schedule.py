@@ -8,10 +8,10 @@ once, where one bad kernel fails them all. :class:`GuardedSchedule` stands where
 
 1. asks the plugin's templates in order; an exception in ``apply`` (matching, ranking,
    scheduling) is recorded and the next rule is asked;
-2. builds the PrimFunc a template scheduled on its own, under the PassContext of the build
-   (``tirx.build``: lowering, software pipelining, ``cp.async`` injection, codegen), and with
-   ``verify="device"`` also compiles its CUDA source with nvcc, as the runtime would when it
-   loads the module; a failure is recorded and the next rule is asked;
+2. builds the PrimFunc a template scheduled apart from the module, under the PassContext of the
+   build (``tirx.build``: lowering, software pipelining, ``cp.async`` injection, device and host
+   codegen), and with ``verify="device"`` also compiles its CUDA source with nvcc, as the runtime
+   would when it loads the module; a failure is recorded and the next rule is asked;
 3. asks dlight's rules (Matmul, GEMV, Reduction, GeneralReduction, Fallback); one that raises
    (as ``Matmul`` does on squeeze-and-excitation kernels at batch 32, in stock TVM too), or whose
    schedule fails TVM's lowering (``Reduction`` on some grouped convs: "cross-thread reduction
@@ -20,6 +20,22 @@ once, where one bad kernel fails them all. :class:`GuardedSchedule` stands where
 
 Every hand-over is one :class:`Fallback` in :attr:`GuardedSchedule.log` and one warning line.
 The mechanism wraps rules from outside, so it holds for any template, written or not yet.
+
+What the check costs (it was most of the plugin's compile time over stock's):
+
+* the template kernels of a module are built *together*, one ``tirx.build`` of all of them (per
+  target), and only when that fails is each built alone, so that every failure is found and
+  reported with its own error, exactly as a build of that kernel alone reports it; a kernel is
+  accepted when it built in a module that built. A ROCm build links the device libraries and
+  runs ``ld.lld`` once, which made a build per kernel about 1.4x the cost of one build of them all;
+* the host side of that build (the packed-function wrapper that launches the kernel) goes through
+  TVM's LLVM code generation as in the module's build, at LLVM optimisation level 0 (the wrapper's
+  machine code is thrown away): the same TIR passes and the same TIR-to-LLVM translation, without
+  LLVM's ``-O3`` pipeline, which was about 40% of a CUDA kernel's check;
+* :class:`GuardedSchedule` remembers each kernel's outcome (its schedule, its rule, its
+  fallbacks) for the same name, the same IR (:mod:`.fusion.memo`: structurally equal and the same
+  TVMScript), target, PassContext and rules: a pipeline that stages a pair schedules the module
+  again, and only the kernels that changed are scheduled and built again.
 """
 
 from __future__ import annotations
@@ -30,7 +46,7 @@ import subprocess
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import tvm
 import tvm_ffi
@@ -39,6 +55,7 @@ from tvm.s_tir import dlight as dl
 from tvm.target import Target
 
 from .errors import FusionHWError
+from .fusion.memo import ExactIRMemo, target_key
 from .hardware.toolchain import configure_rocm, nvcc_path
 
 #: How much of a template's kernel is built before it is accepted.
@@ -114,12 +131,72 @@ def stores_outside_threads(stmt, bound: bool = False) -> bool:
     return bool(stores)
 
 
+def verify_host(target: Target) -> Target:
+    """The host target a kernel is checked with: the build's host (llvm unless ``target`` names
+    one) at LLVM optimisation level 0. The host code is what TVM's LLVM code generator makes of
+    the module's host functions (argument checks, the kernel launch), the same as in the module's
+    build; only LLVM's optimisation passes over it are skipped, and its machine code is not kept."""
+    host = target.host if target.host is not None else Target("llvm" if tvm.runtime.enabled("llvm") else "c")
+    if host.kind.name != "llvm":
+        return host
+    return Target({**dict(host.export()), "opt-level": 0})
+
+
+def build_together(funcs: Dict[str, tirx.PrimFunc], target: Target) -> tvm.runtime.Module:
+    """``funcs`` (name -> scheduled PrimFunc) lowered and turned into device code as one module,
+    apart from the rest of the model (raises what the module build would, and where a loop nest
+    of one of them is bound to no thread). The host side is generated at LLVM's ``-O0``
+    (:func:`verify_host`); a CPU target is built as it is."""
+    for name, func in funcs.items():
+        if stores_outside_threads(func.body):
+            raise RuntimeError(f"a loop nest is bound to no GPU thread: it would run on the host over device "
+                               f"memory" + ("" if len(funcs) == 1 else f" ({name})"))
+    mod = tvm.IRModule({name: func.with_attr("global_symbol", name) for name, func in funcs.items()})
+    if target.get_target_device_type() == tvm_ffi.DLDeviceType.kDLCPU:
+        return tvm.tirx.build(mod, target=target)
+    return tvm.tirx.build(mod, target=Target(target, verify_host(target)))
+
+
 def build_alone(name: str, func: tirx.PrimFunc, target: Target) -> tvm.runtime.Module:
     """``func`` lowered and turned into device code on its own (raises what the module build
-    would, and where a loop nest is bound to no thread)."""
-    if stores_outside_threads(func.body):
-        raise RuntimeError("a loop nest is bound to no GPU thread: it would run on the host over device memory")
-    return tvm.tirx.build(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target=target)
+    would, and where a loop nest is bound to no thread); see :func:`build_together`."""
+    return build_together({name: func}, target)
+
+
+def _check(funcs: Dict[str, tirx.PrimFunc], target: Target, verify: str) -> Optional[Tuple[str, Exception]]:
+    """None when ``funcs`` build together (and, with ``verify="device"``, their CUDA compiles);
+    else the stage that failed and its error."""
+    stage = "build"
+    try:
+        built = build_together(funcs, target)
+        if verify == "device":
+            stage = "device"
+            device_compile(built, target)
+    except Exception as error:  # pylint: disable=broad-except
+        return stage, error
+    return None
+
+
+def verify_kernels(kernels: Sequence[Tuple[str, tirx.PrimFunc]], target: Target,
+                   verify: str = "build") -> Dict[str, Tuple[str, Exception]]:
+    """The kernels of ``kernels`` ((name, scheduled PrimFunc) pairs, one target) that fail to
+    build alone, each with its stage (``"build"`` or ``"device"``) and error.
+
+    They are built together first; only if that fails is each built alone, so that a failure is
+    the one a build of that kernel alone raises, and a kernel is accepted when it built in a
+    module that built. Names that repeat are built alone. Nothing is built with ``verify="none"``.
+    """
+    if verify == "none" or not kernels:
+        return {}
+    names = [name for name, _ in kernels]
+    if len(kernels) > 1 and len(set(names)) == len(names) and _check(dict(kernels), target, verify) is None:
+        return {}
+    failures = {}
+    for name, func in kernels:
+        failed = _check({name: func}, target, verify)
+        if failed is not None:
+            failures[name] = failed
+    return failures
 
 
 def lower_alone(name: str, func: tirx.PrimFunc, target: Target) -> None:
@@ -151,49 +228,140 @@ def device_compile(built: tvm.runtime.Module, target: Target) -> None:
         raise RuntimeError(f"nvcc: {lines[0].strip()}")
 
 
+class _Kernel:
+    """One kernel on its way through the rules: the next template to ask, what failed so far."""
+
+    def __init__(self, name: str, func: tirx.PrimFunc, target: Target):
+        self.name, self.func, self.target = name, func, target
+        self.position = 0  # the next template to ask
+        self.failed: List[Fallback] = []
+        self.candidate: Optional[tirx.PrimFunc] = None  # a template's schedule, to be built
+        self.rule_name = ""  # the rule asked last (the one that took the kernel, once done)
+        self.chosen: Optional[tirx.PrimFunc] = None
+        self.done = False
+
+    def next_template(self, templates: Sequence) -> bool:
+        """Ask the templates from :attr:`position` on until one returns a schedule (it becomes the
+        :attr:`candidate`: True); one that raises is a failure at "schedule". False: none left."""
+        while self.position < len(templates):
+            rule = templates[self.position]
+            self.position += 1
+            self.rule_name = type(rule).__name__
+            try:
+                scheduled = _apply(rule, self.func, self.target)
+            except Exception as error:  # pylint: disable=broad-except
+                # Any failure of a rule: never the build's end.
+                self.failed.append(Fallback(self.name, self.rule_name, "schedule", one_line(error)))
+                continue
+            if scheduled is not None:
+                self.candidate = scheduled
+                return True
+        self.candidate = None
+        return False
+
+    def accept(self, func: tirx.PrimFunc) -> None:
+        self.chosen, self.candidate, self.done = func, None, True
+
+    def fallback_rules(self, rules: Sequence, verify: str) -> None:
+        """dlight's rules in turn, each schedule but the last rule's lowered alone (as before any
+        batching: they are few, and cheap to lower)."""
+        last = rules[-1] if rules else None
+        for rule in rules:
+            self.rule_name = type(rule).__name__
+            stage = "schedule"
+            try:
+                scheduled = _apply(rule, self.func, self.target)
+                if scheduled is None:
+                    continue
+                if verify != "none" and rule is not last:
+                    stage = "lower"
+                    lower_alone(self.name, scheduled, self.target)
+            except Exception as error:  # pylint: disable=broad-except
+                self.failed.append(Fallback(self.name, self.rule_name, stage, one_line(error)))
+                continue
+            self.accept(scheduled)
+            return
+        self.done = True
+
+
+def _apply(rule, func: tirx.PrimFunc, target: Target) -> Optional[tirx.PrimFunc]:
+    """``rule``'s schedule of ``func`` (marked scheduled), or None when it does not take it."""
+    space = rule.apply(func, target, False)
+    if space is None:
+        return None
+    sch = space[0] if isinstance(space, (list, tuple)) else space
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+
+
+def schedule_kernels(kernels: Sequence[Tuple[str, tirx.PrimFunc, Target]], templates: Sequence,
+                     fallback_rules: Sequence, verify: str, log: ScheduleLog,
+                     memo: Optional[ExactIRMemo] = None) -> Dict[str, tirx.PrimFunc]:
+    """Each of ``kernels`` ((name, PrimFunc, target) triples) scheduled by the first rule that takes
+    it without failing: name -> scheduled PrimFunc (a kernel no rule takes is left out).
+
+    ``templates`` are verified by building their kernels (see the module docstring): in rounds, each
+    round asking every kernel not yet taken for its next template's schedule and building that
+    round's schedules together per target (:func:`verify_kernels`); a kernel whose schedule fails
+    goes on to its next template in the next round. ``fallback_rules`` (dlight's) come after, kernel
+    by kernel, each schedule but the last rule's lowered alone (:func:`lower_alone`). A rule that
+    raises or fails hands the kernel on. Failures go to ``log`` (and one warning each), kernel by
+    kernel in the order given, as if each kernel had been scheduled alone.
+
+    ``memo`` (optional) remembers each kernel's outcome and gives it back for the same name, IR,
+    target, PassContext, rules and ``verify``.
+    """
+    states = [_Kernel(name, func, target) for name, func, target in kernels]
+    rules_key = (tuple(map(id, templates)), tuple(map(id, fallback_rules)), verify)
+    remembered = {}
+    if memo is not None:
+        for st in states:
+            found, outcome = memo.lookup((st.name, target_key(st.target), rules_key), (st.func,))
+            if found:
+                remembered[id(st)] = outcome
+                st.done = True
+    while True:
+        batch = [st for st in states if not st.done and st.next_template(templates)]
+        if not batch:
+            break
+        by_target: Dict[str, List[_Kernel]] = {}
+        for st in batch:
+            by_target.setdefault(target_key(st.target), []).append(st)
+        for group in by_target.values():
+            failures = verify_kernels([(st.name, st.candidate) for st in group], group[0].target, verify)
+            for st in group:
+                if st.name in failures:
+                    stage, error = failures[st.name]
+                    st.failed.append(Fallback(st.name, st.rule_name, stage, one_line(error)))
+                    st.candidate = None
+                else:
+                    st.accept(st.candidate)
+    for st in states:
+        if not st.done:
+            st.fallback_rules(fallback_rules, verify)
+    scheduled = {}
+    for st in states:
+        if id(st) in remembered:
+            chosen, taken_by, failed = remembered[id(st)]
+        else:
+            taken_by = st.rule_name if st.chosen is not None else ""
+            chosen, failed = st.chosen, tuple(dataclasses.replace(f, taken_by=taken_by) for f in st.failed)
+            if memo is not None:
+                memo.store((st.name, target_key(st.target), rules_key), (st.func,), (chosen, taken_by, failed))
+        for fallback in failed:
+            log.fallbacks.append(fallback)
+            warnings.warn(f"tvm_fusion_hw: {fallback}", TemplateFallbackWarning, stacklevel=2)
+        if chosen is not None:
+            log.rules[st.name] = taken_by
+            scheduled[st.name] = chosen
+    return scheduled
+
+
 def schedule_kernel(name: str, func: tirx.PrimFunc, target: Target, templates: Sequence,
                     fallback_rules: Sequence, verify: str, log: ScheduleLog) -> Optional[tirx.PrimFunc]:
-    """``func`` scheduled by the first rule that takes it without failing; None if none takes it.
-
-    ``templates`` are verified by building them alone (see the module docstring);
-    ``fallback_rules`` (dlight's) by lowering them alone, all but the last (dlight's Fallback,
-    which takes anything); one that raises or fails hands the kernel on. Failures go to ``log``.
-    """
-    failed: List[Fallback] = []
-    chosen, rule_name = None, ""
-    last = fallback_rules[-1] if fallback_rules else None
-    for rule, verified in [(r, True) for r in templates] + [(r, False) for r in fallback_rules]:
-        rule_name = type(rule).__name__
-        stage = "schedule"
-        try:
-            space = rule.apply(func, target, False)
-            if space is None:
-                continue
-            sch = space[0] if isinstance(space, (list, tuple)) else space
-            scheduled = sch.mod["main"].with_attr("tirx.is_scheduled", True)
-            if verified and verify != "none":
-                stage = "build"
-                built = build_alone(name, scheduled, target)
-                if verify == "device":
-                    stage = "device"
-                    device_compile(built, target)
-            elif verify != "none" and rule is not last:
-                stage = "lower"
-                lower_alone(name, scheduled, target)
-        except Exception as error:  # pylint: disable=broad-except
-            # Any failure of a rule or of its kernel's build: never the build's end.
-            failed.append(Fallback(name, rule_name, stage, one_line(error)))
-            continue
-        chosen = scheduled
-        break
-    taken_by = rule_name if chosen is not None else ""
-    for fallback in failed:
-        fallback = dataclasses.replace(fallback, taken_by=taken_by)
-        log.fallbacks.append(fallback)
-        warnings.warn(f"tvm_fusion_hw: {fallback}", TemplateFallbackWarning, stacklevel=2)
-    if chosen is not None:
-        log.rules[name] = taken_by
-    return chosen
+    """``func`` scheduled by the first rule that takes it without failing; None if none takes it
+    (:func:`schedule_kernels` for one kernel: templates verified by building the kernel alone,
+    dlight's rules but the last by lowering it alone). Failures go to ``log``."""
+    return schedule_kernels([(name, func, target)], templates, fallback_rules, verify, log).get(name)
 
 
 @tvm.transform.module_pass(opt_level=0, name="GuardedSchedule")
@@ -211,7 +379,10 @@ class GuardedSchedule:
         ``"device"``: also compile its CUDA source with nvcc where nvcc is installed;
         ``"none"``: accept what a template returns (a failure in the module's build then fails it).
 
-    After the pass has run, :attr:`log` holds the rule of every kernel and every fallback.
+    After the pass has run, :attr:`log` holds the rule of every kernel and every fallback. The
+    template kernels of a module are built together (each alone only when that fails), and
+    :attr:`memo` remembers every kernel's outcome for the next run of this pass (a pipeline that
+    stages a pair runs it again): see the module docstring.
     """
 
     def __init__(self, templates: Sequence, fallback_rules: Optional[Sequence] = None, verify: str = "build"):
@@ -221,10 +392,11 @@ class GuardedSchedule:
         self.fallback_rules = dlight_rules() if fallback_rules is None else list(fallback_rules)
         self.verify = verify
         self.log = ScheduleLog()
+        self.memo = ExactIRMemo()
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         self.log = ScheduleLog()
-        updated = {}
+        kernels = []
         configured = False
         for gvar, func in mod.functions_items():
             if not isinstance(func, tirx.PrimFunc) or _is_scheduled(func):
@@ -235,10 +407,10 @@ class GuardedSchedule:
                 # template alike, which says nothing about them (a missing one: a clear error).
                 configure_rocm()
                 configured = True
-            scheduled = schedule_kernel(gvar.name_hint, func, target, self.templates, self.fallback_rules,
-                                        self.verify, self.log)
-            if scheduled is not None:
-                updated[gvar] = scheduled
-        for gvar, func in updated.items():
-            mod[gvar] = func
+            kernels.append((gvar, func, target))
+        scheduled = schedule_kernels([(gvar.name_hint, func, target) for gvar, func, target in kernels],
+                                     self.templates, self.fallback_rules, self.verify, self.log, self.memo)
+        for gvar, _, _ in kernels:
+            if gvar.name_hint in scheduled:
+                mod[gvar] = scheduled[gvar.name_hint]
         return mod

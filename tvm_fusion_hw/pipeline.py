@@ -154,7 +154,8 @@ def get_pipeline(
             if not refused:
                 break
             config = fuse_pass.config
-            retry = HardwareAwareFuseOps(fuse_pass.profile, planners=fuse_pass.planners, **{
+            retry = HardwareAwareFuseOps(fuse_pass.profile, planners=fuse_pass.planners,
+                                         plan_memo=getattr(fuse_pass, "plan_memo", None), **{
                 **config.__dict__, "refused_pairs": tuple(config.refused_pairs) + tuple(refused)})
             built = run(mod, retry)
             fuse_pass.config, fuse_pass.report = retry.config, retry.report

@@ -24,6 +24,7 @@ from tvm_fusion_hw.plans import NO_TEMPLATES, TemplatePlanners
 from .analysis import GraphCosts, node_inputs
 from .decisions import FusionReport, GroupSummary
 from .graph import DataflowGraph, build_graphs
+from .memo import ExactIRMemo
 from .partition import Partition
 from .policy import FusionPolicy, PolicyConfig
 
@@ -56,6 +57,10 @@ class HardwareAwareFuseOps:
         template runs as one kernel and with what resources. :func:`tvm_fusion_hw.get_pipeline`
         gives the plugin's (``tvm_fusion_hw.schedules.template_planners()``). Without it no
         complex pair fuses (no template would run it), as with stock FuseOps.
+    plan_memo : ExactIRMemo, optional
+        Where the templates' plans are remembered for the same PrimFuncs, target and PassContext
+        (:mod:`.memo`; a part of several pairs is planned once). A new one when omitted; the
+        pipeline hands its pass's memo to a pass that fuses the module again.
     **knobs
         Fields of :class:`PolicyConfig` (``target_occupancy``, ``max_occupancy_drop``,
         ``fuse_complex_pairs``, ``max_depth``, ...). The PassContext key
@@ -65,7 +70,8 @@ class HardwareAwareFuseOps:
     """
 
     def __init__(self, target_or_profile: Union[tvm.target.Target, HardwareProfile, str],
-                 planners: TemplatePlanners = NO_TEMPLATES, **knobs):
+                 planners: TemplatePlanners = NO_TEMPLATES, *, plan_memo: Optional[ExactIRMemo] = None,
+                 **knobs):
         self.profile = resolve_profile(target_or_profile)
         if not isinstance(planners, TemplatePlanners):
             raise FusionHWError(f"planners must be a tvm_fusion_hw.plans.TemplatePlanners, "
@@ -77,6 +83,7 @@ class HardwareAwareFuseOps:
                 f"unknown knob '{sorted(unknown)[0]}'; known: {', '.join(PolicyConfig.__dataclass_fields__)}"
             )
         self.config = PolicyConfig(**knobs)
+        self.plan_memo = ExactIRMemo() if plan_memo is None else plan_memo
         self.report: Optional[FusionReport] = None
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
@@ -85,7 +92,7 @@ class HardwareAwareFuseOps:
         stock_depth = ctx.config.get("relax.FuseOps.max_depth") if ctx.config else None
         if stock_depth is not None and int(stock_depth) < config.max_depth:
             config = PolicyConfig(**{**config.__dict__, "max_depth": int(stock_depth)})
-        policy = FusionPolicy(self.profile, config, self.planners)
+        policy = FusionPolicy(self.profile, config, self.planners, self.plan_memo)
         report = FusionReport(profile=self.profile.name, budgets=policy.budgets())
         builder = relax.BlockBuilder(mod)
         for gvar, func in mod.functions.items():

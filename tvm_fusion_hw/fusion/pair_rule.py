@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
+from tvm import tirx
+
 from tvm_fusion_hw.hardware.occupancy import Occupancy, occupancy
 from tvm_fusion_hw.hardware.target import target as make_target
 from tvm_fusion_hw.plans import KernelPlan, TemplatePlanners, ask_pair_template
@@ -26,19 +28,25 @@ from .analysis import (
 )
 from .decisions import Decision
 from .group_view import GroupView
+from .memo import ExactIRMemo, target_key
 from .pair_cost import pair_cost
 
 
 class ComplexPairRule:
     """The complex-pair rule of one :class:`~.policy.FusionPolicy`: its profile, its config (a
-    ``PolicyConfig``), what the schedule templates plan, and the policy's register estimate."""
+    ``PolicyConfig``), what the schedule templates plan, and the policy's register estimate.
+
+    The templates' answers (pair plans, part plans) are remembered in ``memo`` for the same
+    PrimFuncs, target and PassContext (:mod:`.memo`): a part is in several pairs, and a pipeline
+    that stages a pair asks again. A new memo when none is given."""
 
     def __init__(self, profile, config, planners: TemplatePlanners,
-                 estimate_registers: Callable[[Sequence[FuncInfo]], int]):
+                 estimate_registers: Callable[[Sequence[FuncInfo]], int], memo: Optional[ExactIRMemo] = None):
         self.profile = profile
         self.config = config
         self.planners = planners
         self.estimate_registers = estimate_registers
+        self.memo = ExactIRMemo() if memo is None else memo
         self._gpu_target = None
 
     def decide(self, producer: GroupView, consumer: GroupView, merged: GroupView,
@@ -215,12 +223,20 @@ class ComplexPairRule:
             return True, None, False
         if first.func is None or second.func is None:
             return False, None, False
-        return ask_pair_template(entry, first.func, second.func, self.gpu_target())
+        target = self.gpu_target()
+        return self.memo.get(("pair", entry, target_key(target)), (first.func, second.func),
+                             lambda: ask_pair_template(entry, first.func, second.func, target))
 
     def _part_plan(self, group: GroupView) -> Optional[KernelPlan]:
         """The plan of the package's template that would schedule a pair's part's anchor alone."""
         anchor = group.anchor()
-        return self.planners.kernel_plan(anchor.func, self.gpu_target()) if anchor is not None else None
+        if anchor is None:
+            return None
+        target, kernel_plan = self.gpu_target(), self.planners.kernel_plan
+        if not isinstance(anchor.func, tirx.PrimFunc):
+            return kernel_plan(anchor.func, target)
+        return self.memo.get(("kernel", kernel_plan, target_key(target)), (anchor.func,),
+                             lambda: kernel_plan(anchor.func, target))
 
     def _part_occupancy(self, group: GroupView, plan: Optional[KernelPlan]) -> Tuple[Occupancy, str]:
         """A pair's part left as its own kernel: its template's ``plan``, else the policy's

@@ -42,6 +42,7 @@ from tvm_fusion_hw.plans import NO_TEMPLATES, TemplatePlanners
 from .analysis import CONTRACTIONS, ELEMENTWISE, PROJECTION, WINDOW_REDUCE, FuncInfo
 from .decisions import Decision
 from .group_view import GroupView
+from .memo import ExactIRMemo
 from .pair_rule import ComplexPairRule
 
 
@@ -142,12 +143,13 @@ class FusionPolicy:
     """The fusion rules on one hardware profile."""
 
     def __init__(self, profile: HardwareProfile, config: Optional[PolicyConfig] = None,
-                 planners: TemplatePlanners = NO_TEMPLATES):
+                 planners: TemplatePlanners = NO_TEMPLATES, memo: Optional[ExactIRMemo] = None):
         self.profile = profile
         self.config = config or PolicyConfig()
         self.planners = planners  # what the schedule templates plan (tvm_fusion_hw.plans)
         self.register_budget = register_budget(profile, self.config.target_occupancy)
-        self.pairs = ComplexPairRule(profile, self.config, planners, self.estimate_registers)  # rule 3
+        # rule 3; ``memo`` remembers the templates' plans for the same PrimFuncs (.memo)
+        self.pairs = ComplexPairRule(profile, self.config, planners, self.estimate_registers, memo)
         self.depth_cap = min(
             self.config.max_depth,
             max(1, (self.register_budget - self.config.base_registers) // self.config.registers_per_fused_op),
