@@ -41,15 +41,17 @@ from pathlib import Path
 
 import numpy as np
 
+_NEW = {"async_stages": (2, 3, 4), "unroll_async_depth": True, "dynamic_shared_memory": True}
 #: Named forms of the rule's ``GemmConfig`` (field changes) that ``--configs`` builds side by side.
 CONFIGS = {
     # the template of bench/results/2026-11-30-h200-stop10: 2 cp.async buffers within 48 KiB of
     # static shared memory, the K step's loop rolled
     "old": {"async_stages": (2,), "unroll_async_depth": False, "dynamic_shared_memory": False},
-    "new": {},  # today's defaults: 2-4 buffers, dynamic shared memory beyond 48 KiB, K step unrolled
-    "new-warp": {"warp_slow_lanes": (4,)},  # and 32 x 64 warp tiles of 4 x 8 lanes (ranked level: not default)
-    # and 8 x 16 thread tiles (128 x 256 blocks, one block an SM): not default, not measured
-    "new-big": {"async_micro_shapes": ((8, 16), (16, 8)), "min_resident_blocks": 1},
+    # 2-4 buffers, dynamic shared memory beyond 48 KiB, K step unrolled (opt-in until measured)
+    "new": _NEW,
+    "new-warp": {**_NEW, "warp_slow_lanes": (4,)},  # and 32 x 64 warp tiles of 4 x 8 lanes (ranked level)
+    # and 8 x 16 thread tiles (128 x 256 blocks, one block an SM)
+    "new-big": {**_NEW, "async_micro_shapes": ((8, 16), (16, 8)), "min_resident_blocks": 1},
 }
 #: What a config's tile must be to stand for it (its best such tile is built, not its best
 #: overall: warp tiles rank level with the tiles they change, and after them)

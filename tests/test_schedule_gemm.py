@@ -26,6 +26,7 @@ CPU only except the last test. Checked:
 """
 
 import dataclasses
+import functools
 import math
 import re
 
@@ -434,8 +435,24 @@ def test_new_forms_compute_the_same(fused, form, case):
                                        reassociates=True, blocks_reversed=True)
 
 
+#: The multi-stage, dynamic-shared-memory and unrolled forms: opt-in (GemmConfig's defaults keep
+#: the measured 2-buffer static form) until the tile sweep makes them the default.
+NEW_FORM_DEFAULTS = {"async_stages": (2, 3, 4), "unroll_async_depth": True, "dynamic_shared_memory": True}
+
+
+@pytest.fixture
+def new_forms(monkeypatch):
+    """ImplicitGemm with the new forms switched on."""
+    monkeypatch.setattr(ImplicitGemm, "Config",
+                        functools.partial(gemm_tiles.GemmConfig, **NEW_FORM_DEFAULTS))
+
+
+def test_new_forms_are_opt_in():
+    config = ImplicitGemm().get_config(hw.target(H200))
+    assert config.async_stages == (2,) and not config.unroll_async_depth and not config.dynamic_shared_memory
+
 @pytest.mark.parametrize("profile", [H200, "amd-mi300x", "nvidia-rtx-3060"])
-def test_new_forms_read_the_profile(profile):
+def test_new_forms_read_the_profile(profile, new_forms):
     """Tiles beyond the static 48 KiB are dynamic and within the profile's opt-in limit (CUDA
     only: the MI300X's 64 KiB LDS stays static); deeper pipelines only where K has the steps;
     the AMD profile still gets tiles for a large GEMM."""
@@ -465,7 +482,7 @@ def test_new_forms_read_the_profile(profile):
     assert not any(t.async_stages for t in gemm_tiles.rank_tiles(short, limits, config))
 
 
-def test_stages_hide_latency_only_when_a_step_is_short():
+def test_stages_hide_latency_only_when_a_step_is_short(new_forms):
     """The model's view of stages: a deeper pipeline divides a step's wait, so it only wins
     where one step's compute does not already cover the load latency."""
     target = hw.target(H200)
@@ -493,7 +510,7 @@ def test_old_config_keeps_the_measured_form():
         assert tile.shared_bytes <= 48 * 1024 and not tile.warp_slow
 
 
-def test_sm90_new_forms_build_without_spills():
+def test_sm90_new_forms_build_without_spills(new_forms):
     """The new forms for sm_90 under hw.pass_context: cp.async into one dynamic shared buffer of
     more than 48 KiB (TVM's runtime raises the kernel's limit at its first launch), 3 and 4 stages,
     warp tiles; ptxas: no spills, at most the profile's registers."""

@@ -156,9 +156,11 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
     unroll_explicit: bool = False
     vector_widths: Tuple[int, ...] = (1, 4)
     async_copy: bool = False
-    async_stages: Tuple[int, ...] = (2, 3, 4)
-    unroll_async_depth: bool = True
-    dynamic_shared_memory: bool = True
+    # the multi-stage, dynamic-shared-memory and unrolled forms are opt-in until the tile sweep
+    # has timed them on a GPU (bench/tile_sweep.py --configs old new)
+    async_stages: Tuple[int, ...] = (2,)
+    unroll_async_depth: bool = False
+    dynamic_shared_memory: bool = False
     async_micro_shapes: Tuple[Tuple[int, int], ...] = ()
     min_resident_blocks: int = 2
     warp_slow_lanes: Tuple[int, ...] = ()
