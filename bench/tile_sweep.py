@@ -180,6 +180,7 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(),
     from tvm.s_tir import dlight as dl
 
     import tvm_fusion_hw as hw
+    from tvm_fusion_hw.bundle.writer import _cuda_source
     from tvm_fusion_hw.schedules.gemm.rule import ImplicitGemm
 
     target = hw.target(profile)
@@ -228,17 +229,6 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(),
     (out / "sweep.json").write_text(json.dumps(sweep, indent=1, default=list))
     if runtime:
         _write_runtime(out, sources, str(target.attrs["arch"]))
-
-
-def _cuda_source(built):
-    """The CUDA source of a built module (what the runtime hands its compile callback), or None."""
-    stack = [built.mod if hasattr(built, "mod") else built]
-    while stack:
-        mod = stack.pop()
-        if mod.kind == "cuda":
-            return str(mod.inspect_source(""))
-        stack.extend(mod.imports)
-    return None
 
 
 def _write_runtime(out: Path, sources, arch: str) -> None:

@@ -140,8 +140,9 @@ def _pipeline(name: str, tgt, profile: str, knobs: Optional[Dict[str, object]] =
 
 
 def _cuda_source(ex) -> Optional[str]:
-    """The CUDA source a built executable carries (what the runtime hands to the compile callback)."""
-    stack = [ex.mod]
+    """The CUDA source a built executable or runtime module carries (what the runtime hands to
+    the compile callback)."""
+    stack = [ex.mod if hasattr(ex, "mod") else ex]
     while stack:
         mod = stack.pop()
         if mod.kind == "cuda":
