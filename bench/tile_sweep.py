@@ -52,6 +52,10 @@ CONFIGS = {
     "new-warp": {**_NEW, "warp_slow_lanes": (4,)},  # and 32 x 64 warp tiles of 4 x 8 lanes (ranked level)
     # and 8 x 16 thread tiles (128 x 256 blocks, one block an SM)
     "new-big": {**_NEW, "async_micro_shapes": ((8, 16), (16, 8)), "min_resident_blocks": 1},
+    # one of the new form's three changes at a time, to tell which of them wins where
+    "stages": {**_NEW, "unroll_async_depth": False},  # 2-4 buffers, dynamic shared memory, rolled
+    "stages-static": {**_NEW, "unroll_async_depth": False, "dynamic_shared_memory": False},
+    "unrolled": {"async_stages": (2,), "unroll_async_depth": True, "dynamic_shared_memory": False},
 }
 #: What a config's tile must be to stand for it (its best such tile is built, not its best
 #: overall: warp tiles rank level with the tiles they change, and after them)

@@ -245,6 +245,22 @@ def test_variants_need_unique_names_and_bundled_models(tmp_path):
     assert not (tmp_path / "b").exists()  # rejected before anything is written
 
 
+def test_torch_only_bundle_compiles_nothing(tmp_path):
+    """``--torch-only``: the runner's entries (inputs, weights, roofline) and no library."""
+    assert bundle.bundle_main(["--out", str(tmp_path), "--models", "eltwise5", "--batches", "1", "4",
+                               "--target", "llvm", "--torch-only", "--quiet"]) == 0
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert [(e["model"], e["batch"], e["variants"]) for e in manifest["entries"]] == [
+        ("eltwise5", 1, []), ("eltwise5", 4, [])]
+    assert [e["inputs"][0]["shape"][0] for e in manifest["entries"]] == [1, 4]
+    assert all(e["flops"] > 0 and e["roofline_s"] > 0 for e in manifest["entries"])
+    assert not list(tmp_path.glob("*.so*"))
+    with pytest.raises(FusionHWError, match="--torch-only builds none"):
+        bundle.bundle_main(["--out", str(tmp_path / "v"), "--models", "eltwise5", "--torch-only",
+                            "--quiet", "--variant", "a:eltwise5:max_depth=1"])
+    assert not (tmp_path / "v").exists()
+
+
 def test_unknown_model_is_rejected(tmp_path):
     with pytest.raises(FusionHWError, match="unknown model 'nope'"):
         bundle.write_bundle(tmp_path, models=["nope"], progress=False)

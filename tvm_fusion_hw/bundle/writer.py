@@ -422,9 +422,15 @@ def bundle_main(argv: Optional[Sequence[str]] = None) -> int:
                              "block, occupancy, launch bounds and a register cap from P's register file; "
                              "ptxas feasibility on P recorded), max_registers=N (__maxnreg__ cap on every "
                              "kernel); repeatable")
+    parser.add_argument("--torch-only", action="store_true",
+                        help="compile no library: the entries (inputs, weights, roofline) that the "
+                             "runner's --torch-only times PyTorch on")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
+    if args.torch_only and args.variants:
+        raise FusionHWError("--variant builds a library; --torch-only builds none")
     manifest = write_bundle(args.out, args.models, args.batches, profile=args.profile,
+                            pipelines=() if args.torch_only else PIPELINES,
                             cuda_graph=not args.no_graph, progress=not args.quiet,
                             target=args.target, python_versions=args.python_versions,
                             compress=not args.no_compress, precompile=not args.no_precompile,
