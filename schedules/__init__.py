@@ -19,7 +19,8 @@ from .gemm.rule import ImplicitGemm
 from .planners import FUSED_PAIR_TEMPLATES, PAIR_TEMPLATES, kernel_plan, template_planners
 from .row_reduction.rule import RowReduction
 from .rules import default_rules
+from .window_reduction.rule import WindowReduction
 
 __all__ = ["ConvPool", "DepthwiseConv", "DepthwisePointwise", "ImplicitGemm", "FUSED_PAIR_TEMPLATES",
-           "KernelPlan", "PAIR_TEMPLATES", "RowReduction", "VectorizedElementwise", "default_rules",
+           "KernelPlan", "PAIR_TEMPLATES", "RowReduction", "VectorizedElementwise", "WindowReduction", "default_rules",
            "kernel_plan", "template_planners"]

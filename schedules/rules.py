@@ -14,6 +14,7 @@ from .dw_pw.rule import DepthwisePointwise
 from .elementwise.rule import VectorizedElementwise
 from .gemm.rule import ImplicitGemm
 from .row_reduction.rule import RowReduction
+from .window_reduction.rule import WindowReduction
 
 
 def default_rules() -> List[ScheduleRule]:
@@ -21,7 +22,7 @@ def default_rules() -> List[ScheduleRule]:
     # DepthwisePointwise only matches fused depthwise->pointwise PrimFuncs, which exist only where
     # the policy's pair_templates knob turns that pair on.
     return [DepthwisePointwise(), ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(),
-            VectorizedElementwise()]
+            WindowReduction(), VectorizedElementwise()]
 
 
 def rules_named(names: Sequence[str]) -> List[ScheduleRule]:

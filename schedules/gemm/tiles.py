@@ -117,8 +117,9 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
         of a 128 x 128 tile with 8 x 8 per thread, BK 16: rolled, 76 instructions per K element
         of which 64 FFMA and 8 the loop's, 79% FFMA over a step; unrolled 88% (89% at BK 32; the
         rest is cp.async addressing), and nvcc can load the next element's fragments during this
-        one's FMAs. False: the rolled form measured in stop10. Other tiles stay rolled until
-        measured.
+        one's FMAs. On by default: on the H200 it won all 9 same-tile pairs of the static 2-buffer
+        form by 0.6-12% at no compile-time cost (``bench/results/2026-12-02-h200-corpus-4``).
+        False: the rolled form measured in stop10.
     dynamic_shared_memory : bool
         ``cp.async`` tiles beyond the static limit (48 KiB on CUDA) live in ``shared.dyn`` up to
         the profile's opt-in limit (``GPULimits.dynamic_shared_memory_bytes_per_block``).
@@ -156,10 +157,10 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
     unroll_explicit: bool = False
     vector_widths: Tuple[int, ...] = (1, 4)
     async_copy: bool = False
-    # the multi-stage, dynamic-shared-memory and unrolled forms are opt-in until the tile sweep
-    # has timed them on a GPU (bench/tile_sweep.py --configs old new)
+    # the multi-stage and dynamic-shared-memory forms are opt-in: the sweep has them mixed (a loss
+    # where the model then picks a narrower tile) and they cost up to 7x stock compile time
     async_stages: Tuple[int, ...] = (2,)
-    unroll_async_depth: bool = False
+    unroll_async_depth: bool = True
     dynamic_shared_memory: bool = False
     async_micro_shapes: Tuple[Tuple[int, int], ...] = ()
     min_resident_blocks: int = 2
