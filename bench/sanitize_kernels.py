@@ -6,6 +6,7 @@ runtime-only script runs once each. Here (TVM, nvcc, no GPU)::
 
     nice -n 5 python bench/sanitize_kernels.py --out .bundle_sanitize            # 43 models, batch 1
     nice -n 5 python bench/sanitize_kernels.py --out .bundle_sanitize --batches 1 32 --models resnet18 bert
+    nice -n 5 python bench/sanitize_kernels.py --out .bundle_sanitize --batches 1 32 --rules WindowReduction
 
 then, on the GPU box (Python 3.12 + numpy; the folder carries TVM's runtime and cubins)::
 
@@ -52,6 +53,7 @@ from tvm_fusion_hw.bundle.writer import _cuda_source, _export, source_commit
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.guarded_schedule import TemplateFallbackWarning
 from tvm_fusion_hw.models import build, corpus
+from tvm_fusion_hw.schedules import default_rules
 
 DEVICE_SCRIPT = Path(__file__).with_name("sanitize_run_kernels.py")
 #: Characters of a kernel's first name kept in its bundle name (``k0012_`` + this).
@@ -114,9 +116,10 @@ class KernelSet:
         return True
 
 
-def template_kernels(model: str, batch: int, target: tvm.target.Target):
-    """``({kernel: (rule, PrimFunc)}`` of the template kernels, ``stats)`` of one corpus model at
-    ``batch``: the plugin's pipeline run as ``tvm.compile`` runs it, read from its schedule log."""
+def template_kernels(model: str, batch: int, target: tvm.target.Target, only: Optional[Sequence[str]] = None):
+    """``({kernel: (rule, PrimFunc)}`` of the template kernels (of the templates named ``only``, when
+    given), ``stats)`` of one corpus model at ``batch``: the plugin's pipeline run as ``tvm.compile``
+    runs it, read from its schedule log."""
     mod = relax.transform.LiftTransformParams()(
         import_onnx(build(f"corpus:{model}", batch=batch), keep_params_in_input=True))
     pipeline = hw.get_pipeline(target)
@@ -128,7 +131,8 @@ def template_kernels(model: str, batch: int, target: tvm.target.Target):
     templates = {type(r).__name__ for r in sched.templates}
     rules = sched.log.rules
     prims = {gv.name_hint: f for gv, f in lowered.functions_items() if isinstance(f, tirx.PrimFunc)}
-    picked = {n: (rules[n], f) for n, f in prims.items() if rules.get(n) in templates}
+    picked = {n: (rules[n], f) for n, f in prims.items()
+              if rules.get(n) in templates and (not only or rules[n] in only)}
     by_rule: Dict[str, int] = {}
     for name in prims:
         by_rule[rules.get(name, "-")] = by_rule.get(rules.get(name, "-"), 0) + 1
@@ -139,14 +143,15 @@ def template_kernels(model: str, batch: int, target: tvm.target.Target):
     return picked, stats
 
 
-def collect(models: Sequence[str], batches: Sequence[int], target) -> tuple:
-    """The distinct template kernels of ``models`` x ``batches`` and one row per model x batch."""
+def collect(models: Sequence[str], batches: Sequence[int], target, only: Optional[Sequence[str]] = None) -> tuple:
+    """The distinct template kernels (of the templates ``only``, when given) of ``models`` x
+    ``batches`` and one row per model x batch."""
     kernels, rows = KernelSet(), []
     jobs = [(m, b) for m in models for b in batches]
     for done, (model, batch) in enumerate(jobs, 1):
         start = time.time()
         try:
-            picked, stats = template_kernels(model, batch, target)
+            picked, stats = template_kernels(model, batch, target, only)
         except Exception as err:  # pylint: disable=broad-except
             lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
             rows.append({"model": model, "batch": batch, "error": f"{type(err).__name__}: {(lines or [''])[-1][:300]}"})
@@ -232,8 +237,9 @@ def write_libraries(out: Path, kernels: List[Kernel], target, chunk: int, precom
 
 def write_bundle(out: Path, models: Sequence[str], batches: Sequence[int], profile: str = "nvidia-h200",
                  chunk: int = 200, precompile: bool = True, dry_run: bool = False,
-                 python_versions: Sequence[str] = ("3.12",)) -> Dict[str, object]:
-    """Collect, build and write everything (see the module docstring); returns the manifest."""
+                 python_versions: Sequence[str] = ("3.12",), rules: Optional[Sequence[str]] = None) -> Dict[str, object]:
+    """Collect, build and write everything (see the module docstring); returns the manifest.
+    ``rules``: only these templates' kernels (default: every template's)."""
     unknown = [m for m in models if m not in corpus.names()]
     if unknown:
         raise SystemExit(f"not corpus models: {', '.join(unknown)}; known: {', '.join(corpus.names())}")
@@ -242,7 +248,7 @@ def write_bundle(out: Path, models: Sequence[str], batches: Sequence[int], profi
     for stale in [*out.glob("*.so"), *out.glob("*.so.xz"), *out.glob("cubin/*"), out / "manifest.json"]:
         if stale.is_file():
             stale.unlink()
-    kernels, rows = collect(models, batches, target)
+    kernels, rows = collect(models, batches, target, rules)
     ordered = name_kernels(kernels.kernels)
     manifest = {
         "format": "sanitize-kernels/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -299,9 +305,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--no-precompile", action="store_true", help="no cubins (the GPU box compiles)")
     ap.add_argument("--dry-run", action="store_true", help="collect and count only (manifest, no libraries)")
     ap.add_argument("--python", nargs="+", default=["3.12"], help="Python versions of the device's interpreter")
+    ap.add_argument("--rules", nargs="+", help="only these templates' kernels (default: every template's)")
     args = ap.parse_args(argv)
+    known = [type(r).__name__ for r in default_rules()]
+    if args.rules and set(args.rules) - set(known):
+        ap.error(f"unknown template(s) {', '.join(sorted(set(args.rules) - set(known)))}; known: {', '.join(known)}")
     manifest = write_bundle(Path(args.out), args.models or corpus.names(), args.batches, args.profile,
-                            args.chunk, not args.no_precompile, args.dry_run, args.python)
+                            args.chunk, not args.no_precompile, args.dry_run, args.python, args.rules)
     print(f"{args.out}: {len(manifest['kernels'])} distinct template kernels, "
           f"{manifest['bundle_bytes'] / 2**20:.1f} MiB")
     return 1 if manifest["build_errors"] else 0

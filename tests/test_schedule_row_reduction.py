@@ -13,7 +13,8 @@ CPU only, except the tests marked gpu. Checked:
 - the CUDA kernels (sm_90) reduce with warp shuffles, load and store float4, keep the row in a
   register array, and ptxas (when nvcc is present) reports no spills; gfx942 builds, no spills;
 - it declines element-wise kernels, matmul/GEMV (rows sharing an operand), reductions not along
-  the trailing axes, windowed pools, dynamic shapes, kept rows the warp does not divide, CPU;
+  the trailing axes, windowed pools, dynamic shapes, CPU; rows the warp does not divide (197, 49,
+  16 values) are streamed, each pass reading the row again;
 - BERT's encoder layer builds with the full pipeline and explain_schedules names the rule;
 - on a CUDA GPU (marked ``gpu``): layernorm_residual and BERT's layer equal LLVM's outputs, and
   equal stock TVM's at batch 1 and 32 (MobileNetV2 for the pool); every row kernel (the fused
@@ -238,9 +239,23 @@ def test_declines(h200, func):
     assert RowReduction().apply(func, h200, False) is None
 
 
-def test_declines_kept_rows_the_warp_does_not_divide_and_cpu_targets(h200, zoo_funcs):
-    assert RowReduction().apply(layer_norm((64, 100), h200), h200, False) is None
-    assert RowReduction().apply(softmax((64, 1000), h200), h200, False) is None
+@pytest.mark.parametrize("make, shape", [(softmax, (6, 197)), (softmax, (4, 3, 49)), (softmax, (10, 16)),
+                                         (layer_norm, (64, 100)), (softmax, (64, 1000))],
+                         ids=["vit_197", "window_49", "short_16", "layer_norm_100", "softmax_1000"])
+def test_rows_the_warp_does_not_divide_are_streamed(h200, make, shape):
+    """A ViT's 197 tokens, a 7x7 window's 49: the register layout has no guards, so nothing is
+    kept in registers and every pass reads the row again (as many passes as dlight's)."""
+    func = make(shape, h200)
+    problem, tile = RowReduction().plan(func, h200)
+    assert problem.cached == () and problem.kept == [] and tile.guarded
+    assert tile.passes == problem.dlight_passes == 3
+    assert "read 3 times" in tile.summary()
+    sch = RowReduction().apply(func, h200, False)
+    assert len(readers_of(sch, "x")) == 3
+    assert_schedule_preserves_numerics(func, sch, reassociates=True, blocks_reversed=True)
+
+
+def test_declines_cpu_targets(zoo_funcs):
     assert RowReduction().apply(zoo_funcs[("bert_encoder_layer", 1)]["layer_norm"], LLVM, False) is None
 
 

@@ -36,6 +36,11 @@ block over ``S + R`` or a per-row block over ``S``; one block writes the one out
 that moves along a row reads it contiguously (its trailing indices are the ``R`` iterators) and,
 in a reduction, a row of its own (so a matmul or GEMV, whose rows share an operand, and convs
 and pools with windows, are not taken). Anything else returns None and dlight takes it.
+
+Rows the warp does not divide (a ViT's 197 tokens, Swin's 49-token windows) have no guard-free
+``[J, T, V]`` layout: they are *streamed*, every pass reading the row again (from L1: a row is a
+few hundred bytes) with a guard on its last vector, as many passes as dlight's, but a warp a row
+instead of a 256-thread block with most threads idle.
 """
 
 from __future__ import annotations
@@ -70,8 +75,8 @@ class RowReduction(TiledScheduleRule):
 
     Returns ``None`` (dlight takes the PrimFunc) for anything else: element-wise kernels,
     reductions not along contiguous trailing axes or whose rows share an operand (matmul, GEMV,
-    conv, windowed pools), dynamic shapes, several outputs, rows whose values do not fit a
-    block's registers, and rows kept in registers that ``T`` does not divide.
+    conv, windowed pools), dynamic shapes, several outputs, and rows whose values do not fit a
+    block's registers. Rows the warp does not divide are streamed (read once a pass), not kept.
     """
 
     #: the search bounds; the class lives beside the tile model (:mod:`.tiles`)
@@ -84,9 +89,9 @@ class RowReduction(TiledScheduleRule):
 
     # ---- the rule: TiledScheduleRule calls these ---------------------------------------------
     @staticmethod
-    def match(sch, config, limits):  # pylint: disable=unused-argument
+    def match(sch, config, limits):
         """``(problem,)``: the rows, the element-wise chains inlined, the blocks classified."""
-        problem = _match_and_inline(sch, config)
+        problem = _match_and_inline(sch, config, limits.profile.warp_size)
         return None if problem is None else (problem,)
 
     @staticmethod
@@ -132,15 +137,16 @@ def _is_update(block: s_tir.SBlock, s_vars: Sequence[tirx.Var]) -> bool:
         for x in (store.value.a, store.value.b))
 
 
-def _inline_chains(sch: s_tir.Schedule, root, spatial, reduced) -> None:
+def _inline_chains(sch: s_tir.Schedule, root, spatial, reduced, keep_rows: bool = True) -> None:
     """Inline element-wise blocks no reduction reads (the prologue adds into the last one, the
-    epilogue steps into the output) and blocks of other shapes (reshapes) into their consumers."""
+    epilogue steps into the output) and blocks of other shapes (reshapes) into their consumers;
+    without ``keep_rows`` the ones reductions read too (recomputed in every pass)."""
     changed = True
     while changed:
         changed = False
         for block in sch.get_child_blocks(root)[:-1]:
             role = _role(sch.get(block), spatial, reduced)
-            if role in ("reduction", "per_row") or role == "elementwise" and any(
+            if role in ("reduction", "per_row") or keep_rows and role == "elementwise" and any(
                     _role(sch.get(c), spatial, reduced) == "reduction" for c in sch.get_consumers(block)):
                 continue  # a row's values a reduction reads: computed once, kept in registers
             try:
@@ -151,9 +157,13 @@ def _inline_chains(sch: s_tir.Schedule, root, spatial, reduced) -> None:
 
 
 def _match_and_inline(  # pylint: disable=too-many-locals,too-many-return-statements,too-many-branches
-    sch: s_tir.Schedule, config: "RowReduction.Config"
+    sch: s_tir.Schedule, config: "RowReduction.Config", warp_size: int
 ) -> Optional[RowProblem]:
-    """Find the rows, inline the chains and check every access; the problem, or None."""
+    """Find the rows, inline the chains and check every access; the problem, or None.
+
+    Rows the warp does not divide (a ViT's 197 tokens, a 7x7 window's 49) are streamed: the
+    ``[J, T, V]`` register layout has no guards, so nothing is kept in registers; every pass reads
+    the row again (from L1: a row is a few hundred bytes) and the exponentials are recomputed."""
     params = [p for p in sch.mod["main"].params if hasattr(p.ty, "shape")]
     try:
         root = get_root_block(sch)
@@ -178,7 +188,8 @@ def _match_and_inline(  # pylint: disable=too-many-locals,too-many-return-statem
         return None
 
     # Step 1b. Inline the chains; every block left has a role, and the last one writes the output.
-    _inline_chains(sch, root, spatial, reduced)
+    streamed = math.prod(reduced) % warp_size != 0
+    _inline_chains(sch, root, spatial, reduced, keep_rows=not streamed)
     blocks = [sch.get(b) for b in sch.get_child_blocks(root)]
     names, roles = [b.name_hint for b in blocks], [_role(b, spatial, reduced) for b in blocks]
     if None in roles or len(set(names)) != len(names) or any(
@@ -233,9 +244,9 @@ def _match_and_inline(  # pylint: disable=too-many-locals,too-many-return-statem
     lanes = config.vector_bytes // element_bytes
     while lanes > 1 and math.prod(reduced) % lanes:
         lanes //= 2
-    return RowProblem(spatial, reduced, tuple(zip(names, roles)),
-                      tuple((i, lead[i]) for i, r in readers.items() if len(r) > 1),
-                      element_bytes, max(1, lanes), max(1, passes))
+    cached = () if streamed else tuple((i, lead[i]) for i, r in readers.items() if len(r) > 1)
+    return RowProblem(spatial, reduced, tuple(zip(names, roles)), cached, element_bytes, max(1, lanes),
+                      max(1, passes), passes=max(1, passes) if streamed else 1)
 
 
 # ---- the schedule ------------------------------------------------------------------------------

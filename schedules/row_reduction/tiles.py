@@ -68,6 +68,7 @@ class RowProblem:
     element_bytes: int  # widest element the kernel touches
     max_lanes: int  # widest vector the row length and the element size allow
     dlight_passes: int  # reads of each row from global memory under GeneralReduction
+    passes: int = 1  # reads of each row under this rule: 1, or every pass where rows are streamed
 
     @property
     def rows(self) -> int:
@@ -102,8 +103,9 @@ class RowTile:  # pylint: disable=too-many-instance-attributes
     guarded: bool  # the row's last vector is partly past its end (streamed rows only)
     registers_estimate: int
     warp_size: int
-    dlight_passes: int  # for the report: reads of each row under dlight (this tile: one)
+    dlight_passes: int  # for the report: reads of each row under dlight
     shared_bytes: int = 0  # no shared tile (a row per block's allreduce adds a few words)
+    passes: int = 1  # reads of each row under this tile (more than one: streamed rows)
 
     @property
     def threads(self) -> int:
@@ -115,9 +117,10 @@ class RowTile:  # pylint: disable=too-many-instance-attributes
         warps = self.threads_per_row // self.warp_size
         kind = "a row per warp" if warps == 1 else f"a row per block of {warps} warps"
         access = f"{self.lanes}-wide vectors" if self.lanes > 1 else "scalar"
+        reads = "once" if self.passes == 1 else f"{self.passes} times (streamed: the warp does not divide it)"
         return (f"{kind}: {self.threads_per_row} threads x {self.values_per_thread} values ({access}), "
                 f"{self.rows_per_block} row(s) a block, {self.blocks} blocks, ~{self.registers_estimate} "
-                f"registers; each row read once (dlight: {self.dlight_passes})")
+                f"registers; each row read {reads} (dlight: {self.dlight_passes})")
 
 
 def _rows_per_block(rows: int, threads_per_row: int, limit: int, limits: GPULimits,
@@ -156,7 +159,8 @@ def rank_tiles(problem: RowProblem, limits: GPULimits, config: RowConfig) -> Lis
         if (not kept or length % threads == 0) and registers <= budget:
             rpb = _rows_per_block(problem.rows, threads, limit, limits, config)
             tiles.append(RowTile(threads, lanes, rpb, problem.rows // rpb, per_thread,
-                                 per_thread * threads != length, registers, warp, problem.dlight_passes))
+                                 per_thread * threads != length, registers, warp, problem.dlight_passes,
+                                 passes=problem.passes))
         threads *= 2
     return tiles
 
