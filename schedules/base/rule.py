@@ -42,6 +42,13 @@ from .probe import allocated_shared_bytes
 TILE_ERRORS = (RuntimeError, ValueError)  # ScheduleError (a RuntimeError), a pass's failed check
 
 
+def thread_limit(target: Target) -> Optional[int]:
+    """The target's own threads-per-block limit (``max_num_threads``), where it sets one: the
+    ``max_threads`` of the rules whose grid comes from the profile."""
+    limit = target.attrs.get("max_num_threads", None)
+    return int(limit) if limit is not None else None
+
+
 class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
     """A rule that matches its pattern in the TIR, ranks tiles on the target's hardware profile,
     and schedules the best tile that checks out (see the module docstring for the five steps)."""

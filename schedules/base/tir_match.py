@@ -27,6 +27,18 @@ def reduction_pair(sch: s_tir.Schedule):
     return (root, *reductions) if len(reductions) == 2 else None
 
 
+def single_reduction(sch: s_tir.Schedule):
+    """``(root, blocks, reduction)``: the root block, its child blocks and the one reduction block
+    among them; None without a root block or with another number of reductions."""
+    try:
+        root = get_root_block(sch)
+    except Exception:  # pylint: disable=broad-except
+        return None
+    blocks = sch.get_child_blocks(root)
+    reductions = [b for b in blocks if is_reduction(sch.get(b))]
+    return (root, blocks, reductions[0]) if len(reductions) == 1 else None
+
+
 def is_plain_spatial(block: s_tir.SBlock, written: tirx.Buffer) -> bool:
     """All iterators spatial, and the block writes ``written[v0, v1, ...]`` in iterator order."""
     if any(iv.iter_type != tirx.IterVar.DataPar for iv in block.iter_vars):

@@ -29,7 +29,6 @@ from typing import Optional, Tuple
 
 from tvm import s_tir, tirx
 from tvm.runtime import DataType
-from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.target import Target
 
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
@@ -41,6 +40,7 @@ from tvm_fusion_hw.schedules.base.tir_match import (
     mac_operands,
     only_coefficients,
     padding_producer,
+    single_reduction,
     trivially_bound,
     var_position,
 )
@@ -94,15 +94,10 @@ def match_depthwise_group(  # pylint: disable=too-many-branches
     Returns ``(problem, conv, pad, epilogue)`` (``pad``/``epilogue`` may be None) or None. The
     depthwise + pointwise rule (:mod:`.dw_pw`) asks it of a pair's producer PrimFunc too.
     """
-    try:
-        root = get_root_block(sch)
-    except Exception:  # pylint: disable=broad-except
+    found = single_reduction(sch)
+    if found is None:
         return None
-    blocks = sch.get_child_blocks(root)
-    reductions = [b for b in blocks if is_reduction(sch.get(b))]
-    if len(reductions) != 1:
-        return None
-    conv = reductions[0]
+    root, _, conv = found
     problem = match_depthwise(sch, conv, config)
     if problem is None:
         return None

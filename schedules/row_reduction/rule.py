@@ -55,7 +55,7 @@ from tvm.ir import TensorLoad
 from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.target import Target
 
-from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
+from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule, thread_limit
 from tvm_fusion_hw.schedules.base.tir_match import const_int, tensor_loads
 from tvm_fusion_hw.schedules.base.vector_lanes import dtype_bytes, uses
 
@@ -84,8 +84,7 @@ class RowReduction(TiledScheduleRule):
 
     def get_config(self, target: Target) -> "RowReduction.Config":
         """The defaults, with the target's own threads-per-block limit."""
-        limit = target.attrs.get("max_num_threads", None)
-        return RowReduction.Config(max_threads=int(limit) if limit is not None else None)
+        return RowReduction.Config(max_threads=thread_limit(target))
 
     # ---- the rule: TiledScheduleRule calls these ---------------------------------------------
     @staticmethod

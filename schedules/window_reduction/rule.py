@@ -28,12 +28,12 @@ from typing import Optional, Tuple
 
 import tvm
 from tvm import s_tir, sym, tirx
-from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.target import Target
 
 from tvm_fusion_hw.schedules.base.limits import GPULimits
-from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
-from tvm_fusion_hw.schedules.base.tir_match import const_int, inline_all_but, is_reduction, tensor_loads, trivially_bound
+from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule, thread_limit
+from tvm_fusion_hw.schedules.base.tir_match import (const_int, inline_all_but, is_reduction, single_reduction,
+                                                     tensor_loads, trivially_bound)
 from tvm_fusion_hw.schedules.base.vector_lanes import dtype_bytes, flat_index, uses
 from tvm_fusion_hw.schedules.elementwise.tiles import choose_plan
 
@@ -55,8 +55,7 @@ class WindowReduction(TiledScheduleRule):
 
     def get_config(self, target: Target) -> "WindowReduction.Config":
         """The search bounds: the defaults, with the target's own threads-per-block limit."""
-        limit = target.attrs.get("max_num_threads", None)
-        return WindowReduction.Config(max_threads=int(limit) if limit is not None else None)
+        return WindowReduction.Config(max_threads=thread_limit(target))
 
     # ---- the rule: TiledScheduleRule calls these (one plan: no tiles to rank) -------------------
     @staticmethod
@@ -87,20 +86,15 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
     buffers = [p for p in func.params if hasattr(p.ty, "shape")]
     if any(const_int(d) is None for buf in buffers for d in buf.ty.shape):
         return None  # dynamic shapes
-    try:
-        root = get_root_block(sch)
-    except Exception:  # pylint: disable=broad-except
+    found = single_reduction(sch)
+    if found is None:
         return None
-    blocks = sch.get_child_blocks(root)
-    reductions = [b for b in blocks if is_reduction(sch.get(b))]
-    if len(reductions) != 1:
-        return None
+    root, blocks, red = found
     for block in blocks:
         if sch.get(block).init is None and is_reduction(sch.get(block)):
             return None
         if any(sch.get(loop).kind != tirx.ForKind.SERIAL for loop in sch.get_loops(block)):
             return None  # already scheduled
-    red = reductions[0]
     if not trivially_bound(sch, red):
         return None
     stmt = sch.get(red)
