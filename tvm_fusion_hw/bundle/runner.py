@@ -275,6 +275,8 @@ def main(argv=None):
                     metavar="MODE", help="PyTorch columns to time, of " + ", ".join(TORCH_MODES) +
                     " (compile_graphs: torch.compile(mode='reduce-overhead'), CUDA graphs; default all; "
                     "--torch alone: none)")
+    ap.add_argument("--no-torch", dest="torch_modes", action="store_const", const=[],
+                    help="no PyTorch columns (the same as --torch alone)")
     ap.add_argument("--torch-only", action="store_true",
                     help="time only the PyTorch columns: no TVM library, no weights rebuilt, no onnxruntime")
     ap.add_argument("--torch-warm", type=int, default=0, metavar="N",
