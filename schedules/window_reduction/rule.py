@@ -124,7 +124,8 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
     if epilogue is not None and is_reduction(sch.get(epilogue)):
         return None
 
-    stmt = sch.get(red)
+    stmt = sch.get(red)  # with the producers inlined
+    ivars = [iv.var for iv in stmt.iter_vars]
     loads = [ld for ld in tensor_loads(stmt.body.value) if not ld.source.same_as(stmt.body.buffer)]
     moving = _coalesced_loads(ivars, shape, tuple(const_int(iv.dom.extent) for iv in stmt.iter_vars), loads,
                               config.max_stride)
