@@ -53,7 +53,7 @@ from tvm_fusion_hw.bundle.writer import _cuda_source, _export, source_commit
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.guarded_schedule import TemplateFallbackWarning
 from tvm_fusion_hw.models import build, corpus
-from tvm_fusion_hw.schedules import default_rules
+from tvm_fusion_hw.schedules.rules import default_rules, opt_in_rules
 
 DEVICE_SCRIPT = Path(__file__).with_name("sanitize_run_kernels.py")
 #: Characters of a kernel's first name kept in its bundle name (``k0012_`` + this).
@@ -122,7 +122,8 @@ def template_kernels(model: str, batch: int, target: tvm.target.Target, only: Op
     runs it, read from its schedule log."""
     mod = relax.transform.LiftTransformParams()(
         import_onnx(build(f"corpus:{model}", batch=batch), keep_params_in_input=True))
-    pipeline = hw.get_pipeline(target)
+    opt_in = [r for r in opt_in_rules() if only and type(r).__name__ in only]
+    pipeline = hw.get_pipeline(target, schedules=default_rules() + opt_in) if opt_in else hw.get_pipeline(target)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TemplateFallbackWarning)
         with hw.pass_context(target), target:
@@ -305,9 +306,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--no-precompile", action="store_true", help="no cubins (the GPU box compiles)")
     ap.add_argument("--dry-run", action="store_true", help="collect and count only (manifest, no libraries)")
     ap.add_argument("--python", nargs="+", default=["3.12"], help="Python versions of the device's interpreter")
-    ap.add_argument("--rules", nargs="+", help="only these templates' kernels (default: every template's)")
+    ap.add_argument("--rules", nargs="+", help="only these templates' kernels (default: every template's); "
+                    "an opt-in template named here is added to the pipeline's rules")
     args = ap.parse_args(argv)
-    known = [type(r).__name__ for r in default_rules()]
+    known = [type(r).__name__ for r in default_rules() + opt_in_rules()]
     if args.rules and set(args.rules) - set(known):
         ap.error(f"unknown template(s) {', '.join(sorted(set(args.rules) - set(known)))}; known: {', '.join(known)}")
     manifest = write_bundle(Path(args.out), args.models or corpus.names(), args.batches, args.profile,
