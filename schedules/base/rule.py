@@ -72,6 +72,13 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
         """Apply ``tile`` to the matched blocks of ``sch`` (in place: None; or a new schedule)."""
 
     # ---- the steps with defaults -----------------------------------------------------------------
+    def get_config(self, target: Target):
+        """The search bounds for ``target``: ``Config``'s defaults, with the target's own
+        threads-per-block limit where ``Config`` has a ``max_threads`` field."""
+        if "max_threads" in {f.name for f in dataclasses.fields(self.Config)}:
+            return self.Config(max_threads=thread_limit(target))
+        return self.Config()
+
     def prepare(self, func: tirx.PrimFunc) -> tirx.PrimFunc:
         """``func`` rewritten (same computation) into the form ``match`` reads; here unchanged."""
         return func

@@ -58,10 +58,9 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.schedule import ScheduleError
-from tvm.target import Target
 
 from tvm_fusion_hw.schedules.base.limits import GPULimits, registers_per_thread_at_occupancy
-from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule, thread_limit
+from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int, is_plain_spatial, tensor_loads, trivially_bound
 from tvm_fusion_hw.schedules.base.vector_lanes import coalesced, distinct, dtype_bytes, flat_index, vector_axis
 
@@ -82,10 +81,6 @@ class VectorizedElementwise(TiledScheduleRule):
 
     #: the search bounds; the class lives beside the grid model (:mod:`.tiles`)
     Config = ElementwiseConfig
-
-    def get_config(self, target: Target) -> "VectorizedElementwise.Config":
-        """The search bounds: the defaults, with the target's own threads-per-block limit."""
-        return VectorizedElementwise.Config(max_threads=thread_limit(target))
 
     # ---- the rule: TiledScheduleRule calls these (one plan: no tiles to rank) -------------------
     @staticmethod

@@ -53,9 +53,8 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.ir import TensorLoad
 from tvm.s_tir.dlight.analysis import get_root_block
-from tvm.target import Target
 
-from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule, thread_limit
+from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int, tensor_loads
 from tvm_fusion_hw.schedules.base.vector_lanes import dtype_bytes, uses
 
@@ -81,10 +80,6 @@ class RowReduction(TiledScheduleRule):
 
     #: the search bounds; the class lives beside the tile model (:mod:`.tiles`)
     Config = RowConfig
-
-    def get_config(self, target: Target) -> "RowReduction.Config":
-        """The defaults, with the target's own threads-per-block limit."""
-        return RowReduction.Config(max_threads=thread_limit(target))
 
     # ---- the rule: TiledScheduleRule calls these ---------------------------------------------
     @staticmethod

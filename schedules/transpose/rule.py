@@ -25,10 +25,9 @@ from typing import List, Optional, Tuple
 import tvm
 from tvm import s_tir, sym, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
-from tvm.target import Target
 
 from tvm_fusion_hw.schedules.base.limits import GPULimits
-from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule, thread_limit
+from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import (const_int, inline_all_but, is_plain_spatial, tensor_loads,
                                                      trivially_bound)
 from tvm_fusion_hw.schedules.base.vector_lanes import dtype_bytes, flat_index, uses
@@ -48,10 +47,6 @@ class TiledTranspose(TiledScheduleRule):
 
     #: the search bounds; the class lives beside the tile (:mod:`.tiles`)
     Config = TransposeConfig
-
-    def get_config(self, target: Target) -> "TiledTranspose.Config":
-        """The search bounds: the defaults, with the target's own threads-per-block limit."""
-        return TiledTranspose.Config(max_threads=thread_limit(target))
 
     @staticmethod
     def match(sch, config, limits):

@@ -28,10 +28,9 @@ from typing import Optional, Tuple
 
 import tvm
 from tvm import s_tir, sym, tirx
-from tvm.target import Target
 
 from tvm_fusion_hw.schedules.base.limits import GPULimits
-from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule, thread_limit
+from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import (const_int, inline_all_but, is_reduction, single_reduction,
                                                      tensor_loads, trivially_bound)
 from tvm_fusion_hw.schedules.base.vector_lanes import dtype_bytes, flat_index, uses
@@ -52,10 +51,6 @@ class WindowReduction(TiledScheduleRule):
 
     #: the search bounds; the class lives beside the problem (:mod:`.tiles`)
     Config = WindowConfig
-
-    def get_config(self, target: Target) -> "WindowReduction.Config":
-        """The search bounds: the defaults, with the target's own threads-per-block limit."""
-        return WindowReduction.Config(max_threads=thread_limit(target))
 
     # ---- the rule: TiledScheduleRule calls these (one plan: no tiles to rank) -------------------
     @staticmethod
