@@ -21,28 +21,10 @@ from tvm import relax
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.feedback import kernel_resources
 from tvm_fusion_hw.hardware import toolchain
-from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.rules import default_rules, opt_in_rules, rules_named
 from tvm_fusion_hw.schedules.transpose.rule import TiledTranspose
-from tir_checks import LLVM, assert_schedule_preserves_numerics, compile_func, cuda_source, kernel_body, prim_funcs
-
-H200 = "nvidia-h200"
-
-
-def fused(shape, body, target_name=H200, extra=()):
-    """The one fused PrimFunc our fusion for ``target_name`` makes of ``body(bb, x, *extra)``."""
-    target = hw.target(target_name)
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, "float32"))
-    others = [relax.Var(f"p{i}", relax.TensorType(s, "float32")) for i, s in enumerate(extra)]
-    with bb.function("main", [x, *others]):
-        with bb.dataflow():
-            out = bb.emit_output(body(bb, x, *others))
-        bb.emit_func_output(out)
-    funcs = prim_funcs(fused_module(bb.get(), target, hw.fusion_pass(target)))
-    assert len(funcs) == 1, sorted(funcs)
-    return next(iter(funcs.values()))
-
+from tir_checks import LLVM, assert_schedule_preserves_numerics, compile_func, cuda_source, kernel_body
+from tir_checks import fused_graph as fused
 
 def permute(axes):
     return lambda bb, x, *_: bb.emit(relax.op.permute_dims(x, axes))

@@ -29,27 +29,12 @@ from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
 from tvm_fusion_hw.schedules.window_reduction.rule import WindowReduction
 from tir_checks import LLVM, assert_schedule_preserves_numerics, compile_func, cuda_source, kernel_body, prim_funcs
+from tir_checks import fused_graph as fused
 
 H200 = "nvidia-h200"
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-def fused(shape, body, target_name=H200, extra=()):
-    """The one fused PrimFunc our fusion for ``target_name`` makes of ``body(bb, x, *extra)`` on
-    ``x`` of ``shape`` (``extra``: more inputs, by shape)."""
-    target = hw.target(target_name)
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, "float32"))
-    others = [relax.Var(f"p{i}", relax.TensorType(s, "float32")) for i, s in enumerate(extra)]
-    with bb.function("main", [x, *others]):
-        with bb.dataflow():
-            out = bb.emit_output(body(bb, x, *others))
-        bb.emit_func_output(out)
-    funcs = prim_funcs(fused_module(bb.get(), target, hw.fusion_pass(target)))
-    assert len(funcs) == 1, sorted(funcs)
-    return next(iter(funcs.values()))
-
-
 def token_mixer(bb, x, scale, residual):
     """PoolFormer's block: ``residual + scale * (avg_pool3x3(x) - x)``, padding not counted."""
     pooled = bb.emit(relax.op.nn.avg_pool2d(x, 3, 1, 1, count_include_pad=False))

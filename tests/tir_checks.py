@@ -34,6 +34,22 @@ def fused_funcs(model, batch, target, fuse=None):
     return prim_funcs(fused_module(mod, target, fuse or hw.fusion_pass(target)))
 
 
+def fused_graph(shape, body, target_name="nvidia-h200", extra=()):
+    """The one fused PrimFunc our fusion for ``target_name`` makes of ``body(bb, x, *extra)`` on
+    an fp32 ``x`` of ``shape`` (``extra``: more fp32 inputs, by shape)."""
+    target = hw.target(target_name)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    others = [relax.Var(f"p{i}", relax.TensorType(s, "float32")) for i, s in enumerate(extra)]
+    with bb.function("main", [x, *others]):
+        with bb.dataflow():
+            out = bb.emit_output(body(bb, x, *others))
+        bb.emit_func_output(out)
+    funcs = prim_funcs(fused_module(bb.get(), target, hw.fusion_pass(target)))
+    assert len(funcs) == 1, sorted(funcs)
+    return next(iter(funcs.values()))
+
+
 def blocks(func):
     """The blocks of a PrimFunc, innermost first."""
     found = []
