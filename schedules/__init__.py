@@ -22,5 +22,5 @@ from .rules import default_rules
 from .window_reduction.rule import WindowReduction
 
 __all__ = ["ConvPool", "DepthwiseConv", "DepthwisePointwise", "ImplicitGemm", "FUSED_PAIR_TEMPLATES",
-           "KernelPlan", "PAIR_TEMPLATES", "RowReduction", "VectorizedElementwise", "WindowReduction", "default_rules",
-           "kernel_plan", "template_planners"]
+           "KernelPlan", "PAIR_TEMPLATES", "RowReduction", "VectorizedElementwise", "WindowReduction",
+           "default_rules", "kernel_plan", "template_planners"]
