@@ -238,7 +238,8 @@ def write_libraries(out: Path, kernels: List[Kernel], target, chunk: int, precom
 
 def write_bundle(out: Path, models: Sequence[str], batches: Sequence[int], profile: str = "nvidia-h200",
                  chunk: int = 200, precompile: bool = True, dry_run: bool = False,
-                 python_versions: Sequence[str] = ("3.12",), rules: Optional[Sequence[str]] = None) -> Dict[str, object]:
+                 python_versions: Sequence[str] = ("3.12",),
+                 rules: Optional[Sequence[str]] = None) -> Dict[str, object]:
     """Collect, build and write everything (see the module docstring); returns the manifest.
     ``rules``: only these templates' kernels (default: every template's)."""
     unknown = [m for m in models if m not in corpus.names()]

@@ -79,7 +79,8 @@ class WindowPlan:
         """The plan in words, for reports."""
         g = self.grid
         return (f"an output a thread ({self.window}-element window serial), {g.threads} threads a block, "
-                f"{g.vectors_per_thread} output(s) a thread, {g.blocks} blocks, {g.waves:.2g} waves of resident threads")
+                f"{g.vectors_per_thread} output(s) a thread, {g.blocks} blocks, "
+                f"{g.waves:.2g} waves of resident threads")
 
 
 __all__ = ["WindowConfig", "WindowPlan", "WindowProblem"]
