@@ -17,13 +17,14 @@ import re
 
 import pytest
 from tvm import relax
+from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.feedback import kernel_resources
 from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.schedules.rules import default_rules, opt_in_rules, rules_named
 from tvm_fusion_hw.schedules.transpose.rule import TiledTranspose
-from tir_checks import LLVM, assert_schedule_preserves_numerics, compile_func, cuda_source, kernel_body
+from tir_checks import LLVM, assert_schedule_preserves_numerics, compile_func, cuda_source, fused_funcs, kernel_body
 from tir_checks import fused_graph as fused
 
 def permute(axes):
@@ -58,9 +59,49 @@ def taken():
 @pytest.mark.parametrize("name", sorted(TAKEN))
 def test_takes_innermost_axis_transposes(taken, h200, name):
     problem, tile = TiledTranspose().plan(taken[name], h200)
-    assert (problem.fast, problem.slow) == TAKEN[name][3]
+    (part,) = problem.parts
+    assert (part.fast, part.slow) == TAKEN[name][3]
     assert tile.size == 32 and tile.threads <= 1024
     assert tile.shared_bytes == 32 * 33 * 4
+
+
+def test_convnext_block_end_with_the_next_start(h200):
+    """ConvNeXt's block end fused with the next block's start (our fusion of the corpus graph):
+    the NHWC input transposed back, scaled, plus the NCHW residual, transposed again for the next
+    LayerNorm. The two transposes of the input cancel: the residual is the transposed load."""
+    funcs = fused_funcs("corpus:convnext_tiny", 1, h200)
+    (name,) = [n for n in funcs if n.startswith("fused_transpose1_") and n.endswith("_transpose")]
+    problem, _ = TiledTranspose().plan(funcs[name], h200)
+    (part,) = problem.parts
+    assert (part.fast, part.slow) == (3, 2)
+    assert_schedule_preserves_numerics(funcs[name], TiledTranspose().apply(funcs[name], h200, False), blocks_stride=5)
+
+
+# pylint: disable=invalid-name,no-self-argument
+@T.prim_func(private=True, s_tir=True)
+def two_transposes(A: T.Buffer((1024, 768), "float32"), B: T.Buffer((768, 1024), "float32"),
+                   C: T.Buffer((768, 1024), "float32")):
+    for i, j in T.grid(768, 1024):
+        with T.sblock("B"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            B[vi, vj] = A[vj, vi]
+    for i, j in T.grid(768, 1024):
+        with T.sblock("C"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            C[vi, vj] = A[vj, vi] * T.float32(2)
+# pylint: enable=invalid-name,no-self-argument
+
+
+def test_two_outputs_are_a_kernel_and_a_tile_each(h200):
+    problem, tile = TiledTranspose().plan(two_transposes, h200)
+    assert [(p.fast, p.slow) for p in problem.parts] == [(1, 0), (1, 0)]
+    assert tile.blocks == 2 * 32 * 24
+    sch = TiledTranspose().apply(two_transposes, h200, False)
+    assert_schedule_preserves_numerics(two_transposes, sch, blocks_stride=5)
+    source = cuda_source(compile_func(sch.mod["main"], h200))
+    kernels = set(re.findall(r"__global__ void __launch_bounds__\(256\) (k_kernel\w*)\(", source))
+    assert kernels == {"k_kernel", "k_kernel_1"}, kernels  # a kernel each, each a shared tile
+    assert source.count("__shared__") == 2
 
 
 @pytest.mark.parametrize("name", sorted(DECLINED))

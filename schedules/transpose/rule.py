@@ -10,8 +10,8 @@ reads one row of the tile along the input's contiguous axis and writes one row a
 output's, the tile's rows padded to ``T + 1`` elements so that reading a column hits ``T`` banks.
 The epilogue's other loads (the residual, a per-channel scale) read in output order, coalesced.
 
-Matched from the TIR: static shapes; every block inlined into the one that writes the output;
-exactly one transposed load (its address moves by one element along an output axis other than
+Matched from the TIR: static shapes; every block inlined into the ones that write outputs; in
+each of those (a kernel each) exactly one transposed load (its address moves by one element along an output axis other than
 the innermost one, and not along the innermost) and every other load coalesced or broadcast along
 the output's innermost axis; at least ``Config.min_tiles_per_multiprocessor`` tiles per SM.
 Not in :func:`~tvm_fusion_hw.schedules.rules.default_rules` until it has run on a GPU
@@ -32,7 +32,7 @@ from tvm_fusion_hw.schedules.base.tir_match import (const_int, inline_all_but, i
                                                      trivially_bound)
 from tvm_fusion_hw.schedules.base.vector_lanes import dtype_bytes, flat_index, uses
 
-from .tiles import TransposeConfig, TransposeProblem, TransposeTile, plan_tile
+from .tiles import TransposeConfig, TransposePart, TransposeProblem, TransposeTile, plan_tile
 
 SBlockRV = s_tir.schedule.SBlockRV
 
@@ -40,9 +40,10 @@ SBlockRV = s_tir.schedule.SBlockRV
 class TiledTranspose(TiledScheduleRule):
     """Innermost-axis transposes through a shared ``T x T`` tile (see the module docstring).
 
-    Returns ``None`` (the next rule takes it) for anything else: reductions, dynamic shapes,
-    several outputs, no transposed load or more than one, a strided or gathered load, outputs of
-    fewer tiles than ``Config.min_tiles_per_multiprocessor`` per SM.
+    Returns ``None`` (the next rule takes it) for anything else: reductions, dynamic shapes, an
+    output block with no transposed load or more than one, a strided or gathered load, outputs of
+    fewer tiles than ``Config.min_tiles_per_multiprocessor`` per SM. Several outputs (ConvNeXt's
+    block end writes the NCHW sum and its NHWC transpose) are a kernel each, a tile each.
     """
 
     #: the search bounds; the class lives beside the tile (:mod:`.tiles`)
@@ -65,9 +66,11 @@ class TiledTranspose(TiledScheduleRule):
 
 
 # ---- matching ----------------------------------------------------------------------------------
-def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-locals
+def _match_and_inline(  # pylint: disable=too-many-return-statements
     sch: s_tir.Schedule, config: TransposeConfig, limits: GPULimits
-) -> Optional[Tuple[TransposeProblem, SBlockRV]]:
+) -> Optional[Tuple]:
+    """``(problem, *blocks)``: every block inlined into the blocks that write outputs, each of
+    which must be a transpose (a kernel each); None otherwise."""
     func = sch.mod["main"]
     buffers = [p for p in func.params if hasattr(p.ty, "shape")]
     if any(const_int(d) is None for buf in buffers for d in buf.ty.shape):
@@ -82,10 +85,23 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
             return None  # reductions, opaque blocks
         if any(sch.get(loop).kind != tirx.ForKind.SERIAL for loop in sch.get_loops(block)):
             return None  # already scheduled
-    blocks = sch.get_child_blocks(root)
-    if inline_all_but(sch, root, [blocks[-1]]):
-        return None  # several outputs, or a block that does not inline
-    block = blocks[-1]
+    outputs = [b for b in sch.get_child_blocks(root)
+               if any(w.source.same_as(p) for w in sch.get(b).writes for p in buffers)]
+    if not outputs or inline_all_but(sch, root, outputs):
+        return None  # a block that neither writes an output nor inlines
+    parts = [_match_part(sch, block, buffers) for block in outputs]
+    if None in parts:
+        return None
+    sizes = [dtype_bytes(b.dtype) for b in buffers]
+    problem = TransposeProblem(tuple(parts), max(s or 4 for s in sizes))
+    tile = plan_tile(problem, limits, config)
+    if tile.blocks < config.min_tiles_per_multiprocessor * limits.profile.multiprocessor_count:
+        return None
+    return (problem, *outputs)
+
+
+def _match_part(sch: s_tir.Schedule, block: SBlockRV, buffers) -> Optional[TransposePart]:
+    """The transpose one output block computes, or None where it is not one."""
     stmt = sch.get(block)
     if not is_plain_spatial(stmt, stmt.body.buffer if isinstance(stmt.body, tirx.BufferStore) else None) \
             or not trivially_bound(sch, block) or not any(stmt.body.buffer.same_as(b) for b in buffers):
@@ -98,7 +114,7 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
     strides = _strides(ivars, shape, tensor_loads(stmt.body.value))
     if strides is None:
         return None
-    transposed = {name for name, (along_fast, along) in strides.items() if along_fast is None}
+    transposed = {name for name, (along_fast, _) in strides.items() if along_fast is None}
     if len(transposed) != 1:
         return None
     name = transposed.pop()
@@ -112,12 +128,7 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
     along_fast = [d for d, index in enumerate(load.indices) if uses([index], [ivars[fast]])]
     if len(along_fast) != 1:
         return None
-    sizes = [dtype_bytes(b.dtype) for b in buffers]
-    problem = TransposeProblem(shape, fast, slow, reads.index(name), along_fast[0], max(s or 4 for s in sizes))
-    tile = plan_tile(problem, limits, config)
-    if tile.blocks < config.min_tiles_per_multiprocessor * limits.profile.multiprocessor_count:
-        return None
-    return problem, block
+    return TransposePart(shape, fast, slow, reads.index(name), along_fast[0])
 
 
 def _strides(ivars: List[tirx.Var], shape: Tuple[int, ...], loads) -> Optional[dict]:
@@ -153,21 +164,27 @@ def _strides(ivars: List[tirx.Var], shape: Tuple[int, ...], loads) -> Optional[d
 
 
 # ---- the schedule ------------------------------------------------------------------------------
-def _schedule(sch: s_tir.Schedule, problem: TransposeProblem, tile: TransposeTile, block: SBlockRV) -> None:
+def _schedule(sch: s_tir.Schedule, problem: TransposeProblem, tile: TransposeTile, *blocks: SBlockRV) -> None:
+    """Each output block its own kernel (:func:`_schedule_part`)."""
+    for part, block in zip(problem.parts, blocks):
+        _schedule_part(sch, part, tile, block)
+
+
+def _schedule_part(sch: s_tir.Schedule, part: TransposePart, tile: TransposeTile, block: SBlockRV) -> None:
     """``[blockIdx: the other axes x slow tiles x fast tiles, threadIdx.y: rows, serial,
     threadIdx.x: the fast axis]``, the transposed input staged per tile in shared memory, read
     from global memory along its own contiguous axis."""
     loops = sch.get_loops(block)
-    fast_out, fast_in = sch.split(loops[problem.fast], [None, tile.size])
-    slow_out, slow_in = sch.split(loops[problem.slow], [None, tile.size])
-    others = [loop for i, loop in enumerate(loops) if i not in (problem.fast, problem.slow)]
+    fast_out, fast_in = sch.split(loops[part.fast], [None, tile.size])
+    slow_out, slow_in = sch.split(loops[part.slow], [None, tile.size])
+    others = [loop for i, loop in enumerate(loops) if i not in (part.fast, part.slow)]
     row, step = sch.split(slow_in, [tile.rows, None])
     sch.reorder(*others, slow_out, fast_out, row, step, fast_in)
     bx = sch.fuse(*others, slow_out, fast_out)
     sch.bind(bx, "blockIdx.x")
     sch.bind(row, "threadIdx.y")
     sch.bind(fast_in, "threadIdx.x")
-    staged = sch.cache_read(block, problem.read_index, "shared")
+    staged = sch.cache_read(block, part.read_index, "shared", consumer_blocks=[block])
     sch.compute_at(staged, bx, preserve_unit_loops=True)
     inner = sch.get_loops(staged)[1:]
     copy = sch.fuse(*inner) if len(inner) > 1 else inner[0]
@@ -176,7 +193,7 @@ def _schedule(sch: s_tir.Schedule, problem: TransposeProblem, tile: TransposeTil
     sch.bind(tx, "threadIdx.x")
     # A warp of the output block reads down a column of the tile (consecutive elements of the
     # output's fast axis): rows of T + 1 elements put those in T different banks.
-    sch.storage_align(staged, 0, axis=problem.padded_dim, factor=tile.size, offset=1)
+    sch.storage_align(staged, 0, axis=part.padded_dim, factor=tile.size, offset=1)
 
 
 __all__ = ["TiledTranspose"]

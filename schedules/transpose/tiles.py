@@ -38,25 +38,32 @@ class TransposeConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class TransposeProblem:
-    """A matched transpose: the output shape, the two tiled axes and the transposed input."""
+class TransposePart:
+    """One output block's transpose: its shape, the two tiled axes and the transposed input."""
 
     shape: Tuple[int, ...]  # output shape
     fast: int  # the output's innermost axis of extent > 1 (stores run along it)
     slow: int  # the output axis along which the transposed input is contiguous (its loads run along it)
     read_index: int  # the transposed input's position in the block's reads
     padded_dim: int  # the transposed input's dimension that the output's fast axis indexes
-    element_bytes: int
 
-    @property
-    def elements(self) -> int:
-        """Output elements."""
-        return math.prod(self.shape)
+    def tiles(self, size: int) -> int:
+        """Tiles of ``size x size`` over the output."""
+        rest = math.prod(self.shape) // (self.shape[self.fast] * self.shape[self.slow])
+        return rest * math.ceil(self.shape[self.fast] / size) * math.ceil(self.shape[self.slow] / size)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransposeProblem:
+    """A matched kernel: one part per output block (a kernel each)."""
+
+    parts: Tuple[TransposePart, ...]
+    element_bytes: int
 
 
 @dataclasses.dataclass(frozen=True)
 class TransposeTile:
-    """The tile: ``size x size`` elements, ``size x rows`` threads."""
+    """The tile: ``size x size`` elements, ``size x rows`` threads (``blocks``: over every part)."""
 
     size: int
     rows: int
@@ -79,9 +86,8 @@ def plan_tile(problem: TransposeProblem, limits: GPULimits, config: TransposeCon
     """The one tile for ``problem`` on ``limits``' GPU: a warp-wide square."""
     size = limits.profile.warp_size
     rows = max(1, min(config.rows, size, (config.max_threads or limits.profile.max_threads_per_block) // size))
-    tiles = (problem.elements // (problem.shape[problem.fast] * problem.shape[problem.slow])
-             * math.ceil(problem.shape[problem.fast] / size) * math.ceil(problem.shape[problem.slow] / size))
+    tiles = sum(part.tiles(size) for part in problem.parts)
     return TransposeTile(size, rows, tiles, size * (size + 1) * problem.element_bytes)
 
 
-__all__ = ["TransposeConfig", "TransposeProblem", "TransposeTile", "plan_tile"]
+__all__ = ["TransposeConfig", "TransposePart", "TransposeProblem", "TransposeTile", "plan_tile"]
