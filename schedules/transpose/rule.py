@@ -51,7 +51,7 @@ class TiledTranspose(TiledScheduleRule):
 
     @staticmethod
     def match(sch, config, limits):
-        """``(problem, block)``: everything inlined into the output's block, the axes found."""
+        """``(problem, *blocks)``: everything inlined into the output blocks, their axes found."""
         return _match_and_inline(sch, config, limits)
 
     @staticmethod
@@ -61,7 +61,7 @@ class TiledTranspose(TiledScheduleRule):
 
     @staticmethod
     def schedule(sch, problem, tile, *blocks):
-        """Apply the tile to the block."""
+        """Apply the tile to each output block (a kernel each)."""
         _schedule(sch, problem, tile, *blocks)
 
 
