@@ -11,9 +11,10 @@ output's, the tile's rows padded to ``T + 1`` elements so that reading a column 
 The epilogue's other loads (the residual, a per-channel scale) read in output order, coalesced.
 
 Matched from the TIR: static shapes; every block inlined into the ones that write outputs; in
-each of those (a kernel each) exactly one transposed load (its address moves by one element along an output axis other than
-the innermost one, and not along the innermost) and every other load coalesced or broadcast along
-the output's innermost axis; at least ``Config.min_tiles_per_multiprocessor`` tiles per SM.
+each of those (a kernel each) exactly one transposed load (its address moves by one element
+along an output axis other than the innermost one, and not along the innermost) and every other
+load coalesced or broadcast along the output's innermost axis; at least
+``Config.min_tiles_per_multiprocessor`` tiles per SM.
 Not in :func:`~tvm_fusion_hw.schedules.rules.default_rules` until it has run on a GPU
 (:func:`~tvm_fusion_hw.schedules.rules.opt_in_rules`).
 """
@@ -28,8 +29,8 @@ from tvm.s_tir.dlight.analysis import get_root_block
 
 from tvm_fusion_hw.schedules.base.limits import GPULimits
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
-from tvm_fusion_hw.schedules.base.tir_match import (const_int, inline_all_but, is_plain_spatial, tensor_loads,
-                                                     trivially_bound)
+from tvm_fusion_hw.schedules.base.tir_match import (const_int, inline_all_but, is_plain_spatial, linear_coefficients,
+                                                     tensor_loads, trivially_bound)
 from tvm_fusion_hw.schedules.base.vector_lanes import dtype_bytes, flat_index, uses
 
 from .tiles import TransposeConfig, TransposePart, TransposeProblem, TransposeTile, plan_tile
@@ -146,13 +147,10 @@ def _strides(ivars: List[tirx.Var], shape: Tuple[int, ...], loads) -> Optional[d
         flat = flat_index(load)
         if flat is None:
             return None
-        flat = analyzer.simplify(flat)
-        coeffs = sym.detect_linear_equation(flat, ivars)
-        if len(coeffs) != len(ivars) + 1:
+        coeffs = linear_coefficients(analyzer.simplify(flat), ivars)
+        if coeffs is None:
             return None
-        steps = [const_int(analyzer.simplify(c)) for c in coeffs[:-1]]
-        if None in steps:
-            return None
+        steps = coeffs[:-1]
         unit = next((i for i, (s, e) in enumerate(zip(steps, shape)) if s == 1 and e > 1), None)
         kind = True if steps[fast] == 1 else False if steps[fast] == 0 else None
         if kind is None and unit is None:

@@ -69,7 +69,6 @@ class TransposeTile:
     rows: int
     blocks: int
     shared_bytes: int
-    shared_scope: str = "shared"
 
     @property
     def threads(self) -> int:

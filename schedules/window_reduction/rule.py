@@ -85,9 +85,9 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
     if found is None:
         return None
     root, blocks, red = found
+    if sch.get(red).init is None:
+        return None
     for block in blocks:
-        if sch.get(block).init is None and is_reduction(sch.get(block)):
-            return None
         if any(sch.get(loop).kind != tirx.ForKind.SERIAL for loop in sch.get_loops(block)):
             return None  # already scheduled
     if not trivially_bound(sch, red):
