@@ -4,7 +4,9 @@ CPU only. Checked:
 - the rule takes the fused groups of the eltwise5 and relu_add_mul micro-graphs (our fusion for
   the H200, batch 1 and 32) and BERT's head split (a reshape + transpose that keeps rows
   contiguous), with 4-lane fp32 vectors;
-- it declines a transpose, a strided load, a reduction, dynamic shapes, a tiny output, a CPU
+- several output blocks (attention's query/key/value split) are matched each on its own and run
+  as a kernel each, with 4-lane vectors;
+- it declines a transpose (also as one of two outputs), a strided load, a reduction, dynamic shapes, a tiny output, a CPU
   target; and on an H200 what cannot be vectorized (a misaligned offset, padding along the
   innermost axis, a per-channel scale over a plane no vector divides), where Fallback's
   1024-thread blocks fill an SM; on a 1536-thread SM (RTX 3060) it takes those with scalar
@@ -36,9 +38,9 @@ from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.base.limits import gpu_limits, registers_per_thread_at_occupancy
-from tvm_fusion_hw.schedules.elementwise.rule import VectorizedElementwise
-from tir_checks import (LLVM, assert_schedule_preserves_numerics, compile_func, cuda_source, fused_funcs, kernel_body,
-                        prim_funcs, row_sum, run_model)
+from tvm_fusion_hw.schedules.elementwise.rule import ElementwiseOutputs, VectorizedElementwise
+from tir_checks import (LLVM, assert_schedule_preserves_numerics, compile_func, cuda_source, fused_funcs, fused_graph,
+                        kernel_body, prim_funcs, row_sum, run_model)
 
 H200 = "nvidia-h200"
 MICRO = {"eltwise5": "fused_relu_add_tir_sigmoid_multiply", "relu_add_mul": "fused_relu_add_multiply"}
@@ -151,6 +153,28 @@ def concat_c(A: T.Buffer((2, 16, 28, 28), "float32"), B: T.Buffer((2, 8, 28, 28)
 
 
 @T.prim_func(private=True, s_tir=True)
+def copy_and_transpose(A: T.Buffer((64, 128), "float32"), B: T.Buffer((64, 128), "float32"),
+                       C: T.Buffer((128, 64), "float32")):
+    for i, j in T.grid(64, 128):
+        with T.sblock("copy"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            B[vi, vj] = A[vi, vj] * T.float32(2)
+    for i, j in T.grid(128, 64):
+        with T.sblock("transposed"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            C[vi, vj] = A[vj, vi]
+
+
+def qkv_split(bb, x):
+    """Attention's query/key/value split (timm's ViT): [B, N, 3*H*D] as [B, N, 3, H, D], heads
+    first, three outputs."""
+    batch, tokens, width = (int(d) for d in x.ty.shape)
+    heads = 3
+    parts = bb.emit(relax.op.reshape(x, (batch, tokens, 3, heads, width // (3 * heads))))
+    return bb.emit(relax.op.split(bb.emit(relax.op.permute_dims(parts, [2, 0, 3, 1, 4])), 3, axis=0))
+
+
+@T.prim_func(private=True, s_tir=True)
 def bias_half(A: T.Buffer((4, 64, 32), "float16"), Bias: T.Buffer((32,), "float16"),
               C: T.Buffer((4, 64, 32), "float16")):
     for n, c, w in T.grid(4, 64, 32):
@@ -197,11 +221,30 @@ def test_applies_to_bert_head_split_not_to_its_key_transpose(h200):
         assert_schedule_preserves_numerics(funcs[name], rule.apply(funcs[name], h200, False))
 
 
-@pytest.mark.parametrize("func", [transpose, row_sum, strided, shifted, pad_w, scale_7x7, dynamic, tiny],
+@pytest.mark.parametrize("func", [transpose, row_sum, strided, shifted, pad_w, scale_7x7, dynamic, tiny,
+                                  copy_and_transpose],
                          ids=["transpose", "reduction", "strided", "misaligned", "pad_w", "scale_7x7",
-                              "dynamic", "tiny"])
+                              "dynamic", "tiny", "one_of_two_outputs_transposed"])
 def test_declines(h200, func):
     assert VectorizedElementwise().apply(func, h200, False) is None
+
+
+def test_several_outputs_are_a_kernel_each(h200):
+    """A split (197 tokens: no power of two) writes three outputs: each output block is matched on
+    its own, vectorized, and a kernel of its own, computing what the unscheduled PrimFunc does."""
+    func = fused_graph((4, 197, 576), qkv_split)
+    problem, plan = VectorizedElementwise().plan(func, h200)
+    assert isinstance(problem, ElementwiseOutputs) and len(problem.parts) == 3
+    assert [p.lanes for p in problem.parts] == [4, 4, 4]
+    assert len(plan.plans) == 3 and "3 outputs, a kernel each" in plan.summary()
+    sch = VectorizedElementwise().apply(func, h200, False)
+    assert_schedule_preserves_numerics(func, sch)
+    source = cuda_source(compile_func(sch.mod["main"], h200))
+    kernels = set(re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", source))
+    assert len(kernels) == 3, kernels
+    for name in kernels:
+        body = kernel_body(source, name)
+        assert re.findall(r"= \*\(float4\*\)\(", body) and re.findall(r"\*\(float4\*\)\([^;]*\) = ", body), name
 
 
 @pytest.mark.parametrize("func", [shifted, pad_w, scale_7x7], ids=["misaligned", "pad_w", "scale_7x7"])

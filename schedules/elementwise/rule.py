@@ -5,7 +5,8 @@ broadcasts, residual adds, reshapes) and launches one output element per thread,
 ``max_threads_per_block`` threads per block: scalar loads and stores, and on a large tensor
 millions of threads that each compute one address. This rule takes the same PrimFuncs where
 vectors pay and are safe, recognised from the TIR: every block spatial, static shapes, and after
-inlining every block into the last one, every load of the fused expression is either
+inlining every block into the blocks that write outputs (one, or several: a split, as attention's
+query/key/value split, is a kernel per output), every load of each fused expression is either
 
 - *contiguous*: along ``V`` consecutive output elements its flattened index moves by one element
   per output element (the output's innermost axis with coefficient 1), from an offset that is a
@@ -57,14 +58,27 @@ from typing import List, Optional, Tuple
 import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
-from tvm.s_tir.schedule import ScheduleError
 
 from tvm_fusion_hw.schedules.base.limits import GPULimits, registers_per_thread_at_occupancy
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
-from tvm_fusion_hw.schedules.base.tir_match import const_int, is_plain_spatial, tensor_loads, trivially_bound
+from tvm_fusion_hw.schedules.base.tir_match import (
+    const_int,
+    inline_all_but,
+    is_plain_spatial,
+    tensor_loads,
+    trivially_bound,
+)
 from tvm_fusion_hw.schedules.base.vector_lanes import coalesced, distinct, dtype_bytes, flat_index, vector_axis
 
-from .tiles import ElementwiseConfig, ElementwisePlan, ElementwiseProblem, choose_plan, estimate_registers
+from .tiles import (
+    ElementwiseConfig,
+    ElementwiseOutputPlans,
+    ElementwiseOutputs,
+    ElementwisePlan,
+    ElementwiseProblem,
+    choose_plan,
+    estimate_registers,
+)
 
 SBlockRV = s_tir.schedule.SBlockRV
 
@@ -90,13 +104,19 @@ class VectorizedElementwise(TiledScheduleRule):
 
     @staticmethod
     def rank(problem, limits, config):
-        """The one plan: vector width, threads and grid on the profile."""
+        """The one plan: vector width, threads and grid on the profile (one per output block)."""
+        if isinstance(problem, ElementwiseOutputs):
+            return [ElementwiseOutputPlans(tuple(choose_plan(p, limits, config) for p in problem.parts))]
         return [choose_plan(problem, limits, config)]
 
     @staticmethod
     def schedule(sch, problem, tile, *blocks):
-        """Apply the plan to the block."""
-        _schedule(sch, problem, tile, *blocks)
+        """Apply the plan to the block (each output block its own kernel)."""
+        if isinstance(problem, ElementwiseOutputs):
+            for part, plan, block in zip(problem.parts, tile.plans, blocks):
+                _schedule(sch, part, plan, block)
+        else:
+            _schedule(sch, problem, tile, *blocks)
 
     def check(self, sch, problem, tile, limits):
         """Accepted as scheduled: no shared memory to compare."""
@@ -104,10 +124,12 @@ class VectorizedElementwise(TiledScheduleRule):
 
 
 # ---- matching ----------------------------------------------------------------------------------
-def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-locals,too-many-branches
+def _match_and_inline(  # pylint: disable=too-many-return-statements
     sch: s_tir.Schedule, config: "VectorizedElementwise.Config", limits: GPULimits
-) -> Optional[Tuple[ElementwiseProblem, SBlockRV]]:
-    """Inline every block into the last one and find the vector width; ``(problem, block)`` or None."""
+) -> Optional[Tuple]:
+    """Inline every block into the blocks that write outputs and find each one's vector width:
+    ``(problem, block)`` for one output, ``(ElementwiseOutputs, *blocks)`` for several (a split:
+    a kernel each); None where any output block does not match."""
     func = sch.mod["main"]
     buffers = [p for p in func.params if hasattr(p.ty, "shape")]
     if any(const_int(d) is None for buf in buffers for d in buf.ty.shape):
@@ -130,20 +152,25 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
         if nested:
             return None
 
-    # Inline everything into the last block (what Fallback's auto-inline does for a chain).
-    changed = True
-    while changed:
-        changed = False
-        for block in sch.get_child_blocks(root)[:-1]:
-            try:
-                sch.compute_inline(block)
-                changed = True
-            except ScheduleError:
-                continue
-    blocks = sch.get_child_blocks(root)
-    if len(blocks) != 1:
+    # Inline everything into the blocks that write outputs (what Fallback's auto-inline does for
+    # a chain); a block left that writes none (it feeds an output only through another output's
+    # buffer, say) is not this rule's.
+    outputs = [b for b in blocks if any(w.source.same_as(p) for w in sch.get(b).writes for p in buffers)]
+    if not outputs or inline_all_but(sch, root, outputs):
         return None
-    block = blocks[0]
+    problems = [_match_block(sch, block, buffers, config, limits) for block in outputs]
+    if None in problems:
+        return None
+    if len(outputs) == 1:
+        return problems[0], outputs[0]
+    return (ElementwiseOutputs(tuple(problems)), *outputs)
+
+
+def _match_block(  # pylint: disable=too-many-return-statements,too-many-locals
+    sch: s_tir.Schedule, block: SBlockRV, buffers, config: "VectorizedElementwise.Config", limits: GPULimits
+) -> Optional[ElementwiseProblem]:
+    """The vector width and streams of one output block, everything inlined into it; None where
+    no vector (nor the scalar path) fits."""
     stmt = sch.get(block)
     store = stmt.body
     if not isinstance(store, tirx.BufferStore) or not is_plain_spatial(stmt, store.buffer):
@@ -201,7 +228,7 @@ def _match_and_inline(  # pylint: disable=too-many-return-statements,too-many-lo
         streams=distinct(loads, flats, kinds, "contiguous"),
         broadcasts=distinct(loads, flats, kinds, "broadcast"),
     )
-    return problem, block
+    return problem
 
 
 # ---- the schedule ------------------------------------------------------------------------------
@@ -230,4 +257,4 @@ def _schedule(sch: s_tir.Schedule, problem: ElementwiseProblem, plan: Elementwis
         sch.vectorize(lanes)
 
 
-__all__ = ["ElementwisePlan", "ElementwiseProblem", "VectorizedElementwise", "choose_plan"]
+__all__ = ["ElementwiseOutputs", "ElementwisePlan", "ElementwiseProblem", "VectorizedElementwise", "choose_plan"]

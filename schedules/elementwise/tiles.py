@@ -100,6 +100,41 @@ class ElementwisePlan:
                 f"{self.blocks} blocks, {self.waves:.2g} waves of resident threads")
 
 
+@dataclasses.dataclass(frozen=True)
+class ElementwiseOutputs:
+    """A kernel with several output blocks (a split, a tensor and its copy): a problem each, a
+    GPU kernel each."""
+
+    parts: Tuple[ElementwiseProblem, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ElementwiseOutputPlans:
+    """A plan per output block of :class:`ElementwiseOutputs`; the figures a report or a fusion
+    policy reads are those of the largest kernel."""
+
+    plans: Tuple[ElementwisePlan, ...]
+
+    @property
+    def threads(self) -> int:
+        return max(p.threads for p in self.plans)
+
+    @property
+    def registers_estimate(self) -> int:
+        return max(p.registers_estimate for p in self.plans)
+
+    @property
+    def blocks(self) -> int:
+        return sum(p.blocks for p in self.plans)
+
+    def summary(self) -> str:
+        """The plans in words, for reports."""
+        texts = [p.summary() for p in self.plans]
+        if len(set(texts)) == 1:
+            return f"{len(texts)} outputs, a kernel each of {texts[0]}"
+        return f"{len(texts)} outputs, a kernel each: " + "; ".join(texts)
+
+
 # ---- the grid ----------------------------------------------------------------------------------
 def estimate_registers(streams: int, lanes: int, element_bytes: Optional[int],
                        vectors_per_thread: int = 1) -> int:
@@ -163,4 +198,4 @@ def choose_plan(
     return best
 
 
-__all__ = ["ElementwiseConfig", "ElementwisePlan", "ElementwiseProblem", "choose_plan", "estimate_registers"]
+__all__ = ["ElementwiseConfig", "ElementwiseOutputPlans", "ElementwiseOutputs", "ElementwisePlan", "ElementwiseProblem", "choose_plan", "estimate_registers"]
