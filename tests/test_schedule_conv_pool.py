@@ -194,14 +194,17 @@ def test_supports_pair_judges_the_unfused_functions(case, expected):
 @pytest.mark.parametrize("name,batch", [(H200, 1), (H200, 32), ("amd-mi300x", 1), ("nvidia-rtx-3060", 32)])
 def test_pair_plan_is_the_rules_plan_of_the_fused_function(name, batch):
     """What the policy is told before fusing (on the conv and pool PrimFuncs) is the tile the rule
-    then plans for the fused PrimFunc: threads, registers, shared memory and blocks."""
+    then plans for the fused PrimFunc: threads, registers, shared memory, blocks, and its modelled
+    time with the DRAM floor apart (what a pair's cost weighs)."""
     target = hw.target(name)
     mod = import_onnx(build("conv_relu_pool", batch=batch))
     unfused = prim_funcs(fused_module(mod, target, hw.fusion_pass(target, max_depth=1)))
     plan = pair_plan(unfused["conv2d"], unfused["max_pool2d"], target)
     _, tile = ConvPool().plan(conv_relu_pool_funcs(batch, name)[FUSED], target)
     assert plan == KernelPlan("ConvPool", tile.threads, tile.registers_estimate, tile.shared_bytes,
-                              tile.blocks, tile.summary())
+                              tile.blocks, tile.summary(), time_s=tile.time_s, compute_s=tile.compute_s,
+                              dram_s=tile.dram_s)
+    assert 0 < plan.dram_s < plan.time_s and 0 < plan.compute_s <= plan.time_s
 
 
 # ---- (2) forced tiles: register tiles, channel chunks, padded pitch, edge tiles ----------------

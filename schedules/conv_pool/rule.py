@@ -41,6 +41,7 @@ from typing import Optional, Tuple
 from tvm import s_tir, tirx
 from tvm.target import Target
 
+from tvm_fusion_hw.plans import as_plan
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 
@@ -111,8 +112,6 @@ def pair_plan(producer: tirx.PrimFunc, consumer: tirx.PrimFunc, target: Target):
     rule does not rank the fused PrimFunc again. At build time the rule takes the next ranked tile
     only when TVM compacts a shared buffer to more than planned (edge tiles).
     """
-    from tvm_fusion_hw.plans import KernelPlan  # pylint: disable=import-outside-toplevel
-
     rule = ConvPool()
     if not isinstance(target, Target) or not rule.is_target_available(target):
         return None
@@ -123,9 +122,7 @@ def pair_plan(producer: tirx.PrimFunc, consumer: tirx.PrimFunc, target: Target):
     tiles = rank_tiles(problem, gpu_limits(target), config)
     if not tiles:
         return None
-    tile = tiles[0]
-    return KernelPlan("ConvPool", tile.threads, tile.registers_estimate, tile.shared_bytes, tile.blocks,
-                      tile.summary())
+    return as_plan(tiles[0], "ConvPool")  # with its modelled time, for the pair's cost
 
 
 # ---- the schedule ----------------------------------------------------------------------------

@@ -76,6 +76,10 @@ class ConvPoolTile:  # pylint: disable=too-many-instance-attributes
     wavefronts_per_fma: float  # shared-memory wavefronts per (warp) FMA instruction
     time_s: float  # modelled kernel time
     score: float  # modelled fraction of FP32 peak
+    #: the modelled time without its DRAM floor, and the floor (compulsory bytes / bandwidth): a
+    #: fusion policy weighs the two on another profile's roofline (fusion/pair_cost.py)
+    compute_s: float = 0.0
+    dram_s: float = 0.0
 
     @property
     def channels(self) -> int:
@@ -307,7 +311,9 @@ def _tile_at(  # pylint: disable=too-many-locals
     dram_bytes = problem.dtype_bytes * problem.batch * (
         problem.in_channels * (ph * wh * sh) * (pw * ww * sw) + problem.out_channels * ph * pw
     )
-    time = max(time, dram_bytes / limits.profile.dram_bytes_per_s) + _LAUNCH_S
+    dram_s = dram_bytes / limits.profile.dram_bytes_per_s
+    without_floor_s = time + _LAUNCH_S
+    time = max(time, dram_s) + _LAUNCH_S
     peak = limits.warp_instructions_per_s * 2 * limits.profile.warp_size
     return ConvPoolTile(
         channels_per_thread=cv,
@@ -331,6 +337,8 @@ def _tile_at(  # pylint: disable=too-many-locals
         wavefronts_per_fma=shared / _SLOTS_PER_WAVEFRONT / fma,
         time_s=time,
         score=problem.flops / peak / time,
+        compute_s=without_floor_s,
+        dram_s=dram_s,
     )
 
 
