@@ -22,14 +22,16 @@ def default_rules() -> List[ScheduleRule]:
     """This package's schedule rules, most specific first."""
     # DepthwisePointwise only matches fused depthwise->pointwise PrimFuncs, which exist only where
     # the policy's pair_templates knob turns that pair on.
+    # TiledTranspose last, as it ran on the H200 (bench/results/2026-12-02-h200-corpus-6): it
+    # takes only what VectorizedElementwise declines, innermost-axis transposes.
     return [DepthwisePointwise(), ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(),
-            WindowReduction(), VectorizedElementwise()]
+            WindowReduction(), VectorizedElementwise(), TiledTranspose()]
 
 
 def opt_in_rules() -> List[ScheduleRule]:
     """Templates written but not yet run on a GPU: not in :func:`default_rules`; a build names
-    them (:func:`rules_named`, a bundle variant's ``schedules=``) to try them."""
-    return [TiledTranspose()]
+    them (:func:`rules_named`, a bundle variant's ``schedules=``) to try them. None today."""
+    return []
 
 
 def rules_named(names: Sequence[str]) -> List[ScheduleRule]:

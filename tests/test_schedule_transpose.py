@@ -1,4 +1,4 @@
-"""Tests for schedules/transpose/: the TiledTranspose schedule rule (opt-in: not yet run on a GPU).
+"""Tests for schedules/transpose/: the TiledTranspose schedule rule (a default rule since it ran on the H200).
 
 CPU only. Checked:
 - the rule takes ConvNeXt's permutes as our fusion makes them (NCHW to NHWC, and NHWC to NCHW
@@ -122,9 +122,12 @@ def test_declines_cpu_targets(taken):
     assert TiledTranspose().apply(taken["nchw_to_nhwc"], LLVM, False) is None
 
 
-def test_opt_in_until_run_on_a_gpu():
-    assert "TiledTranspose" not in [type(r).__name__ for r in default_rules()]
-    assert [type(r).__name__ for r in opt_in_rules()] == ["TiledTranspose"]
+def test_a_default_rule_after_the_elementwise_one():
+    """It ran on the H200 (sanitizer, corpus variants): a default rule, tried after
+    VectorizedElementwise, which takes every transpose that keeps the innermost axis."""
+    names = [type(r).__name__ for r in default_rules()]
+    assert names[-2:] == ["VectorizedElementwise", "TiledTranspose"]
+    assert not opt_in_rules()
     assert [type(r).__name__ for r in rules_named(["TiledTranspose", "RowReduction"])] == [
         "RowReduction", "TiledTranspose"]
 

@@ -15,8 +15,6 @@ each of those (a kernel each) exactly one transposed load (its address moves by 
 along an output axis other than the innermost one, and not along the innermost) and every other
 load coalesced or broadcast along the output's innermost axis; at least
 ``Config.min_tiles_per_multiprocessor`` tiles per SM.
-Not in :func:`~tvm_fusion_hw.schedules.rules.default_rules` until it has run on a GPU
-(:func:`~tvm_fusion_hw.schedules.rules.opt_in_rules`).
 """
 
 from __future__ import annotations
