@@ -9,12 +9,14 @@ with the plans the claim compares (bundle variants of the hardware-aware pipelin
   against depthwise | ReLU6 | pointwise;
 * conv + ReLU + 2x2 max-pool in one kernel, against the conv and the pool apart.
 
-Each plan is timed on the H200 (the runner's median) and its DRAM bytes measured there with
-Nsight Compute (``dram__bytes_read.sum + dram__bytes_write.sum`` per kernel, caches flushed before
-each kernel); on every other profile its time is **modelled** from those bytes: the sum over its
-kernels of max(bytes / the profile's bandwidth, FLOPs / its FP32 peak). A roofline cannot see
-registers or occupancy, so the element-wise claim (which is about them) is judged on the H200's
-measurement only; the table gives each plan's ptxas registers where the bundle recorded them.
+Each plan is timed on the H200 (the runner's median, and per kernel with ``--kernel-profile``) and
+its DRAM bytes measured there with Nsight Compute (``dram__bytes_read.sum +
+dram__bytes_write.sum`` per kernel, caches flushed before each kernel). On every profile its time
+is **modelled** from those measurements, per kernel: max(the kernel's H200 time x the H200's FP32
+peak / the profile's, its bytes / the profile's bandwidth), summed. The H200 time stands for the
+kernel's work (recomputation and a template's inefficiency included), scaled by compute; the bytes
+are the floor the profile's DRAM sets. Registers and occupancy do not move with the profile in
+this model, so the element-wise claim (which is about them) is judged on the H200's measurement.
 
     python bench/case_studies.py plan [--out .bundle_cases]      # the builds and device commands
     python bench/case_studies.py report --bundle .bundle_cases --results OUT/results.json \\
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -102,12 +105,13 @@ def report(bundle: Path, results: dict, ncu_text: Optional[str], profiles: Seque
                     order.append(((key, v["name"]), v.get("launches", [])))
         dram = emu.segment(emu.read_ncu(ncu_text), order, runs)
     profs = [load_profile(p) for p in profiles]
+    h200 = load_profile(BUNDLE_PROFILE)
     out = [f"# The seed's case studies: measured on the H200, modelled for {len(profs) - 1} other profiles", "",
            f"Bundle {bundle} (commit {manifest.get('commit')}). H200 ms: the runner's median. DRAM MB: ncu's "
            "dram__bytes_read.sum + dram__bytes_write.sum of one main run, caches flushed before each kernel. "
-           "The other profiles' columns are **modelled**: the sum over kernels of max(bytes / the profile's "
-           "bandwidth, FLOPs / its FP32 peak), from the bytes measured here; a roofline sees no registers or "
-           "occupancy.", ""]
+           "Every profile's column is **modelled** (us): per kernel, max(its H200 time x the H200's FP32 peak / "
+           "the profile's, its DRAM bytes / the profile's bandwidth), summed; registers and occupancy do not "
+           "move with the profile in this model.", ""]
     for case, model, claim, plans, winner in CASES:
         for batch in BATCHES:
             key = (model, batch)
@@ -117,7 +121,7 @@ def report(bundle: Path, results: dict, ncu_text: Optional[str], profiles: Seque
             variants = {v["name"]: v for v in entry.get("variants", [])}
             out += [f"## {case}: `{model}` batch {batch}", "", f"Claim: {claim}.", "",
                     "| plan | kernels | H200 ms (measured) | DRAM MB (measured) | "
-                    + " | ".join(f"{p.name} ms (modelled)" for p in profs) + " |",
+                    + " | ".join(f"{p.name} us (modelled)" for p in profs) + " |",
                     "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in profs) + " |"]
             modelled: Dict[str, List[Optional[float]]] = {}
             measured: Dict[str, Optional[float]] = {}
@@ -125,19 +129,36 @@ def report(bundle: Path, results: dict, ncu_text: Optional[str], profiles: Seque
                 name = plan  # the bundle's variant name (hw's own build is "hw")
                 var = variants.get(name, {})
                 got = dram.get((key, name), {})
-                report_file = var.get("report") or (entry.get("report") if name == "hw" else None)
-                report_json = json.loads((bundle / report_file).read_text()) if report_file and \
-                    (bundle / report_file).is_file() else None
                 times = row.get("times_s", {})
                 measured[plan] = None if name in row.get("errors", {}) else times.get(name)
-                modelled[plan] = [emu.modelled_s(got["per_kernel"], report_json, p) if "per_kernel" in got
-                                  else None for p in profs]
+                kernel_us = _kernel_us(row, name)
+                modelled[plan] = [_scaled_s(got["per_kernel"], kernel_us, h200, p)
+                                  if "per_kernel" in got and kernel_us else None for p in profs]
                 nbytes = got.get("bytes")
                 out.append(f"| {what} (`{name}`) | {len(var.get('launches') or []) or '-'} | "
                            f"{emu._ms(measured[plan])} | {'-' if nbytes is None else f'{nbytes / 1e6:.2f}'} | "
-                           + " | ".join(emu._ms(m) for m in modelled[plan]) + " |")
+                           + " | ".join("-" if m is None else f"{m * 1e6:.1f}" for m in modelled[plan]) + " |")
             out += ["", _verdict(winner, plans, measured, modelled, profs), ""]
     return "\n".join(out) + "\n"
+
+
+def _kernel_us(row: dict, variant: str) -> Dict[str, float]:
+    """``{PrimFunc: us per main run}`` of ``variant``'s kernel profile (the runner's
+    ``--kernel-profile``)."""
+    prof = (row.get("kernels") or {}).get(variant) or {}
+    return {k["name"]: k["us"] for k in prof.get("all", [])}
+
+
+def _scaled_s(per_kernel: Dict[str, float], kernel_us: Dict[str, float], h200, profile) -> float:
+    """The modelled time on ``profile`` (see the module docstring): ``per_kernel`` is ncu's bytes
+    per CUDA kernel (``<PrimFunc>_kernel[_N]``), ``kernel_us`` the H200's time per PrimFunc."""
+    nbytes: Dict[str, float] = {}
+    for kernel, value in per_kernel.items():
+        func = re.sub(r"_kernel(_\d+)?$", "", kernel)
+        nbytes[func] = nbytes.get(func, 0.0) + value
+    ratio = h200.peak_fp32_flop_per_s / profile.peak_fp32_flop_per_s
+    return sum(max(kernel_us.get(func, 0.0) * 1e-6 * ratio, b / profile.dram_bytes_per_s)
+               for func, b in nbytes.items())
 
 
 def _verdict(winner: str, plans, measured: Dict, modelled: Dict, profs) -> str:

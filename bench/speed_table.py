@@ -4,7 +4,9 @@
 
 Ratios are the plugin with CUDA graphs (``hw_graph``) against stock TVM (over the rows where stock
 builds) and against ``torch.compile(mode="reduce-overhead")`` (``compile_graphs``, timed in the
-same run). ``--before``: an earlier run's results; a column gives its ``hw_graph`` latency.
+same run, unless ``--torch-from`` names another run's results: a ``--torch-only`` run whose PyTorch
+times are joined to the rows, which the table then says). ``--before``: an earlier run's results;
+a column gives its ``hw_graph`` latency.
 """
 
 from __future__ import annotations
@@ -23,6 +25,21 @@ def load_rows(paths: Sequence[str]) -> Dict[tuple, dict]:
             for row in json.load(f)["rows"]:
                 rows[(row["model"].removeprefix("corpus:"), row["batch"])] = row
     return rows
+
+
+def join_torch(rows: Dict[tuple, dict], torch_rows: Dict[tuple, dict]) -> int:
+    """Add the PyTorch times of ``torch_rows`` (a ``--torch-only`` run) to ``rows`` that have none;
+    returns how many rows were joined."""
+    joined = 0
+    for key, row in rows.items():
+        other = torch_rows.get(key)
+        times = row.setdefault("times_s", {})
+        if other and not any(k in times for k in ("eager", "compile_graphs")):
+            for name in ("eager", "compile", "compile_graphs"):
+                if name in other.get("times_s", {}):
+                    times[name] = other["times_s"][name]
+            joined += 1
+    return joined
 
 
 def _ms(row: Optional[dict], key: str) -> Optional[float]:
@@ -74,8 +91,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", nargs="+", required=True, help="runner results.json files")
     ap.add_argument("--before", nargs="+", default=[], help="an earlier run's results.json files")
+    ap.add_argument("--torch-from", nargs="+", default=[],
+                    help="a --torch-only run's results.json: its PyTorch times join rows that have none")
     args = ap.parse_args(argv)
-    print(table(load_rows(args.results), load_rows(args.before) if args.before else {}))
+    rows = load_rows(args.results)
+    joined = join_torch(rows, load_rows(args.torch_from)) if args.torch_from else 0
+    print(table(rows, load_rows(args.before) if args.before else {}))
+    if joined:
+        print(f"\nPyTorch columns of {joined} rows from another call ({', '.join(args.torch_from)}): "
+              "the same GPU and software, not the same process.")
     return 0
 
 
