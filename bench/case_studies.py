@@ -95,15 +95,7 @@ def report(bundle: Path, results: dict, ncu_text: Optional[str], profiles: Seque
     manifest = json.loads((bundle / "manifest.json").read_text())
     entries = {(e["model"], e["batch"]): e for e in manifest["entries"]}
     rows = {(r["model"], r["batch"]): r for r in results.get("rows", [])}
-    dram: Dict = {}
-    if ncu_text:
-        order = []
-        run_rows = [(r["model"], r["batch"]) for r in results.get("rows", [])] or list(entries)
-        for key in run_rows:
-            for v in entries.get(key, {}).get("variants", []):
-                if not v.get("cuda_graph"):
-                    order.append(((key, v["name"]), v.get("launches", [])))
-        dram = emu.segment(emu.read_ncu(ncu_text), order, runs)
+    dram = emu.library_dram(entries, results, ncu_text, runs)
     profs = [load_profile(p) for p in profiles]
     h200 = load_profile(BUNDLE_PROFILE)
     out = [f"# The seed's case studies: measured on the H200, modelled for {len(profs) - 1} other profiles", "",
@@ -125,17 +117,16 @@ def report(bundle: Path, results: dict, ncu_text: Optional[str], profiles: Seque
                     "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in profs) + " |"]
             modelled: Dict[str, List[Optional[float]]] = {}
             measured: Dict[str, Optional[float]] = {}
-            for plan, what, _ in plans:
-                name = plan  # the bundle's variant name (hw's own build is "hw")
-                var = variants.get(name, {})
-                got = dram.get((key, name), {})
+            for plan, what, _ in plans:  # a plan is named as its bundle variant (hw's own build: "hw")
+                var = variants.get(plan, {})
+                got = dram.get((key, plan), {})
                 times = row.get("times_s", {})
-                measured[plan] = None if name in row.get("errors", {}) else times.get(name)
-                kernel_us = _kernel_us(row, name)
+                measured[plan] = None if plan in row.get("errors", {}) else times.get(plan)
+                kernel_us = _kernel_us(row, plan)
                 modelled[plan] = [_scaled_s(got["per_kernel"], kernel_us, h200, p)
                                   if "per_kernel" in got and kernel_us else None for p in profs]
                 nbytes = got.get("bytes")
-                out.append(f"| {what} (`{name}`) | {len(var.get('launches') or []) or '-'} | "
+                out.append(f"| {what} (`{plan}`) | {len(var.get('launches') or []) or '-'} | "
                            f"{emu._ms(measured[plan])} | {'-' if nbytes is None else f'{nbytes / 1e6:.2f}'} | "
                            + " | ".join("-" if m is None else f"{m * 1e6:.1f}" for m in modelled[plan]) + " |")
             out += ["", _verdict(winner, plans, measured, modelled, profs), ""]

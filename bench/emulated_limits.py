@@ -218,6 +218,22 @@ def segment(stream: List[Tuple[str, float]], order: List[Tuple[str, List[str]]],
     return found
 
 
+def library_dram(entries: Dict[Tuple, dict], results: dict, ncu_text: Optional[str],
+                 runs: int = 3) -> Dict[Tuple, dict]:
+    """:func:`segment` of an ncu CSV over a bundle's libraries (``entries``: the manifest's, by
+    ``(model, batch)``) in the order the runner ran them (``results``' rows), keyed by
+    ``((model, batch), variant)``; empty without a CSV."""
+    if not ncu_text:
+        return {}
+    order = []
+    run_rows = [(r["model"], r["batch"]) for r in results.get("rows", [])] or list(entries)
+    for key in run_rows:
+        for v in entries.get(key, {}).get("variants", []):
+            if not v.get("cuda_graph"):
+                order.append(((key, v["name"]), v.get("launches", [])))
+    return segment(read_ncu(ncu_text), order, runs)
+
+
 def modelled_s(per_kernel: Dict[str, float], report: Optional[dict], profile) -> float:
     """Sum over kernels of max(bytes / P's bandwidth, FLOPs / P's FP32 peak) (FLOPs of the group
     whose PrimFunc launches the kernel, from the fusion report; 0 where none)."""
@@ -243,15 +259,7 @@ def report(bundle: Path, results: dict, emu_plan: dict, ncu_text: Optional[str] 
     manifest = json.loads((bundle / "manifest.json").read_text())
     entries = {(e["model"], e["batch"]): e for e in manifest["entries"]}
     rows = {(r["model"], r["batch"]): r for r in results.get("rows", [])}
-    dram: Dict[Tuple, dict] = {}
-    if ncu_text:
-        order = []
-        run_rows = [(r["model"], r["batch"]) for r in results.get("rows", [])] or list(entries)
-        for key in run_rows:
-            for v in entries.get(key, {}).get("variants", []):
-                if not v.get("cuda_graph"):
-                    order.append(((key, v["name"]), v.get("launches", [])))
-        dram = segment(read_ncu(ncu_text), order, runs)
+    dram = library_dram(entries, results, ncu_text, runs)
     lines = ["# P's plan against Q's plan, both under P's limits, on the H200", "",
              f"Bundle {bundle} (commit {manifest.get('commit')}), results on "
              f"{results.get('system', {}).get('gpu', results.get('system', {}).get('device', '?'))}. "
