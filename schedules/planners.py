@@ -29,9 +29,10 @@ PAIR_TEMPLATES = MappingProxyType({
         dw_pw_pair_plan(producer, consumer, target), "DepthwisePointwise"),
 })
 #: The pairs the policy considers by default; its ``pair_templates`` knob names others. Each still
-#: has to fit the profile, and depthwise_conv->pointwise_conv also to beat the two kernels apart on
-#: the profile's roofline (fusion/pair_cost.py: the fused kernel measured slower than the two apart
-#: on the H200, bench/results/2026-11-30-h200-dw-pw, so it fuses only where bandwidth is short).
+#: has to fit the profile, and a pair whose template's model was measured (depthwise_conv->pointwise_conv,
+#: conv->window) also to beat the two kernels apart on the profile's roofline (fusion/pair_cost.py:
+#: the fused depthwise->pointwise kernel measured slower than the two apart on the H200,
+#: bench/results/2026-11-30-h200-dw-pw, so it fuses only where bandwidth is short).
 FUSED_PAIR_TEMPLATES = ("conv->window", "pointwise_conv->window", "depthwise_conv->pointwise_conv")
 
 

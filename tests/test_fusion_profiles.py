@@ -28,7 +28,7 @@ import tvm_fusion_hw as hw
 from tvm_fusion_hw.explain.compare import TESTS, _flipped
 from tvm_fusion_hw.explain.model import PlanView
 from tvm_fusion_hw.frontend import import_onnx
-from tvm_fusion_hw.fusion.pair_cost import CALIBRATIONS
+from tvm_fusion_hw.fusion.calibrations import CALIBRATIONS
 from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.hardware.occupancy import occupancy
 from tvm_fusion_hw.hardware.profile import load_profile
@@ -149,6 +149,23 @@ def test_calibration_matches_the_models_now(names):
         (_, _, modelled_apart), = [e for e in cal.apart if e[0] == f"dw_pw b{batch}"]
         assert fused_us == pytest.approx(modelled_fused, abs=0.1)
         assert apart_us == pytest.approx(modelled_apart, abs=0.1)
+
+
+def test_conv_pool_calibration_matches_the_models_now():
+    """Likewise for ConvPool: conv_relu_pool's fused plan and its conv apart (ImplicitGemm) must
+    still model what they modelled when measured (bench/results/2026-12-02-h200-corpus-6)."""
+    from tvm_fusion_hw.schedules.conv_pool.rule import pair_plan as conv_pool_plan
+
+    target = hw.target(H200)
+    cal = CALIBRATIONS["ConvPool"]
+    for batch in (1, 32):
+        funcs = prim_funcs(fused_module(import_onnx(build("conv_relu_pool", batch=batch)), target,
+                                        hw.fusion_pass(target, pair_templates=())))
+        conv, pool = funcs["fused_conv2d_add_relu"], funcs["max_pool2d"]
+        (_, _, modelled_fused), = [e for e in cal.fused if e[0] == f"conv_relu_pool b{batch}"]
+        (_, _, modelled_conv), = [e for e in cal.apart if e[0] == f"conv_relu_pool b{batch} conv2d"]
+        assert conv_pool_plan(conv, pool, target).time_s * 1e6 == pytest.approx(modelled_fused, abs=0.1)
+        assert kernel_plan(conv, target).time_s * 1e6 == pytest.approx(modelled_conv, abs=0.1)
 
 
 @pytest.mark.parametrize("profile,fuses", [

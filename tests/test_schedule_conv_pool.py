@@ -53,13 +53,14 @@ H200 = "nvidia-h200"
 FUSED = "fused_conv2d_add_relu_max_pool2d"
 #: Our fusion with the conv+pool pair allowed; the looser occupancy limit lets the policy accept
 #: the pair on every profile whatever ConvPool's plan holds against the unfused conv's (the
-#: policy's own decisions are tested in test_policy.py), and the small channel tile lets its
+#: policy's own decisions are tested in test_policy.py), the cost rule off lets it fuse a pair
+#: that ConvPool's calibrated time says runs faster apart, and the small channel tile lets its
 #: shared-memory tile model accept a pair that has no plan (a depthwise conv and its pool).
 PAIR_KNOBS = dict(pair_templates=("conv->window", "pointwise_conv->window"), pool_channel_tile=8,
-                  max_occupancy_drop=0.9)
+                  max_occupancy_drop=0.9, pair_cost=False)
 #: The same for conv_relu_pool: this file tests the template, so the pair is fused whatever the
-#: policy makes of the plan's occupancy against the unfused conv's (ImplicitGemm's plan).
-CONV_POOL_KNOBS = {"pair_templates": ("conv->window",), "max_occupancy_drop": 0.99}
+#: policy makes of the plan's occupancy and time against the unfused conv's (ImplicitGemm's plan).
+CONV_POOL_KNOBS = {"pair_templates": ("conv->window",), "max_occupancy_drop": 0.99, "pair_cost": False}
 
 
 # ---- helpers -----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ modelled time (its template's; the roofline bound for a part no template plans),
 compulsory DRAM bytes of the fusion's own cost analysis (the two parts together move the
 intermediate's round trip more than the fused kernel), ``BW`` the profile's DRAM bandwidth. The
 ``k`` are the templates' measured model errors and ``eta`` the fraction of the bandwidth a streaming
-kernel reached, both measured on an H200 (:data:`CALIBRATIONS`, with their sources). The pair fuses
+kernel reached, both measured on an H200 (:mod:`.calibrations`, with their sources). The pair fuses
 where ``t_f < t_a``. The decision states it as the ridge point against the break-even ridge: the
 ridge (the profile's peak held, its bandwidth varied) at which the two plans' times meet.
 
@@ -28,71 +28,12 @@ decide silently.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Sequence
 
 from tvm_fusion_hw.hardware.profile import HardwareProfile
 from tvm_fusion_hw.plans import KernelPlan
 
-
-@dataclasses.dataclass(frozen=True)
-class Calibration:
-    """A pair template's model against measurement: ``(measured us, modelled us)`` per kernel."""
-
-    source: str
-    fused: tuple[tuple[str, float, float], ...]  # the fused kernels
-    apart: tuple[tuple[str, float, float], ...]  # the two unfused kernels of the same pairs, summed
-    #: (kernel, compulsory bytes, measured us, bandwidth B/s) of memory-bound kernels measured there
-    streaming: tuple[tuple[str, float, float, float], ...]
-
-    @property
-    def k_fused(self) -> float:
-        """Median measured / modelled time of the fused kernels."""
-        return statistics.median(m / p for _, m, p in self.fused)
-
-    @property
-    def k_apart(self) -> float:
-        """Median measured / modelled time of the unfused pairs."""
-        return statistics.median(m / p for _, m, p in self.apart)
-
-    @property
-    def dram_efficiency(self) -> float:
-        """Median fraction of the DRAM bandwidth the streaming kernels reached."""
-        return statistics.median(b / (us * 1e-6) / bw for _, b, us, bw in self.streaming)
-
-
-_H200_DW_PW = ("bench/results/2026-11-30-h200-dw-pw/kernels.md (H200, measured per kernel) against "
-               "the templates' models at commit 36d7c83 on the nvidia-h200 profile")
-
-#: Measured model errors, keyed by the fused plan's template. DepthwisePointwise: the dw_pw
-#: micro-graph (32x144x56x56 -> 24) and MobileNetV2's four pairs fused in that run, batch 1 and 32;
-#: apart, the same pairs as DepthwiseConv + ImplicitGemm (the rows whose both kernels were listed).
-#: Streaming: the depthwise kernels at batch 32 (input + output, 4.8 TB/s).
-CALIBRATIONS: dict[str, Calibration] = {
-    "DepthwisePointwise": Calibration(
-        source=_H200_DW_PW,
-        fused=(
-            ("dw_pw b32", 119.73, 43.7), ("dw_pw b1", 10.83, 6.5),
-            ("mobilenet_v2 b32 conv2d1+conv2d2", 99.14, 34.9),
-            ("mobilenet_v2 b32 conv2d4+conv2d5", 221.32, 41.6),
-            ("mobilenet_v2 b32 conv2d9+conv2d10", 102.49, 23.2),
-            ("mobilenet_v2 b32 conv2d14+conv2d15", 57.74, 17.1),
-            ("mobilenet_v2 b1 conv2d1+conv2d2", 7.45, 4.7),
-            ("mobilenet_v2 b1 conv2d4+conv2d5", 12.03, 5.7),
-            ("mobilenet_v2 b1 conv2d9+conv2d10", 19.29, 8.4),
-            ("mobilenet_v2 b1 conv2d14+conv2d15", 19.39, 8.7),
-        ),
-        apart=(
-            ("dw_pw b32", 36.01 + 37.60, 55.1), ("dw_pw b1", 3.88 + 5.46, 7.0),
-            ("mobilenet_v2 b32 conv2d1 + conv2d2", 35.07 + 31.82, 41.7),
-            ("mobilenet_v2 b32 conv2d4 + conv2d5", 60.37 + 26.88, 69.3),
-        ),
-        streaming=(
-            ("dw_pw b32 depthwise", 4.0 * 32 * 144 * 56 * 56 * 2, 36.01, 4.8e12),
-            ("mobilenet_v2 b32 conv2d4", 4.0 * 32 * 96 * (112 * 112 + 56 * 56), 60.37, 4.8e12),
-        ),
-    ),
-}
+from .calibrations import CALIBRATIONS, Calibration
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,8 +88,8 @@ class PairCost:
     def reason(self, ridge: float) -> str:
         """Which figure decided, in words: the ridge against the break-even, both plans' times."""
         f, apart = self.fused, self.apart_s
-        plans = (f"fused {f.time_s * 1e6:.1f} us ({f.bytes / 1e6:.2f} MB, depthwise computed "
-                 f"{self.recompute}x) vs apart {apart * 1e6:.1f} us "
+        redone = f", producer computed {self.recompute}x" if self.recompute > 1 else ""
+        plans = (f"fused {f.time_s * 1e6:.1f} us ({f.bytes / 1e6:.2f} MB{redone}) vs apart {apart * 1e6:.1f} us "
                  f"({sum(p.bytes for p in self.parts) / 1e6:.2f} MB: "
                  + " + ".join(f"{p.what} {p.time_s * 1e6:.1f}" for p in self.parts) + ")")
         if self.break_even_ridge is None:
