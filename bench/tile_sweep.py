@@ -129,7 +129,7 @@ def _case_func(case: str, target, modules):
         funcs = fused_module(gemm_module(m, n, k, batch), target)
         (func,) = [f for f in funcs.functions.values() if isinstance(f, tirx.PrimFunc)]
         return func, f"gemm_{m}x{n}x{k}" + (f"_s{batch}" if batch > 1 else "")
-    model, batch, kernel = parts
+    model, batch, kernel = ":".join(parts[:-2]), parts[-2], parts[-1]  # corpus:NAME:batch:kernel too
     if (model, batch) not in modules:
         mod = import_onnx(build_model(model, batch=int(batch)), keep_params_in_input=True)
         modules[(model, batch)] = fused_module(mod, target, hw.fusion_pass(target))
