@@ -190,8 +190,9 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(),
     target = hw.target(profile)
     out.mkdir(parents=True, exist_ok=True)
     rule, entries, modules, sources = ImplicitGemm(), [], {}, {}
-    for case in cases:
-        func, stem = _case_func(case, target, modules)
+    # every case's PrimFunc first: a misnamed kernel fails before minutes of builds
+    funcs = [(case, *_case_func(case, target, modules)) for case in cases]
+    for case, func, stem in funcs:
         with hw.pass_context(target):  # ranks cp.async tiles as a build does
             if configs:
                 problem, named = _configured_tiles(func, target, top, configs)
