@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
+
 @dataclasses.dataclass(frozen=True)
 class Calibration:
     """A pair template's model against measurement: ``(measured us, modelled us)`` per kernel."""
 
     source: str
     fused: tuple[tuple[str, float, float], ...]  # the fused kernels
-    apart: tuple[tuple[str, float, float], ...]  # the two unfused kernels of the same pairs, summed
+    apart: tuple[tuple[str, float, float], ...]  # the same pairs' kernels apart (summed; a streaming part may be left to its floor)
     #: (kernel, compulsory bytes, measured us, bandwidth B/s) of memory-bound kernels measured there
     streaming: tuple[tuple[str, float, float, float], ...]
 
