@@ -18,7 +18,8 @@ class Calibration:
 
     source: str
     fused: tuple[tuple[str, float, float], ...]  # the fused kernels
-    apart: tuple[tuple[str, float, float], ...]  # the same pairs' kernels apart (summed; a streaming part may be left to its floor)
+    #: the same pairs' kernels apart, summed (a streaming part may be left out: it is costed at its floor)
+    apart: tuple[tuple[str, float, float], ...]
     #: (kernel, compulsory bytes, measured us, bandwidth B/s) of memory-bound kernels measured there
     streaming: tuple[tuple[str, float, float, float], ...]
 
