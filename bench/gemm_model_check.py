@@ -17,6 +17,7 @@ adds each tile's estimated and ptxas registers::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import lzma
 import math
@@ -62,20 +63,28 @@ def ptxas_registers(sweep: Path, key: Optional[str]) -> Optional[int]:
     return max(counts.values()) if counts else None
 
 
-def remodelled_s(problem: dict, tile: dict) -> Optional[float]:
-    """The tile's time under today's cost model (None where it no longer fits)."""
-    # pylint: disable=import-outside-toplevel,protected-access
+@functools.lru_cache(maxsize=None)
+def _h200_model():
+    """``(limits, config)`` the rule ranks with on the H200 under ``hw.pass_context`` (cp.async on)."""
+    # pylint: disable=import-outside-toplevel
     import tvm_fusion_hw as hw
     from tvm_fusion_hw.schedules.base.limits import gpu_limits
-    from tvm_fusion_hw.schedules.gemm import tiles
     from tvm_fusion_hw.schedules.gemm.rule import ImplicitGemm
 
     target = hw.target("nvidia-h200")
     with hw.pass_context(target):
-        config = ImplicitGemm().get_config(target)
+        return gpu_limits(target), ImplicitGemm().get_config(target)
+
+
+def remodelled_s(problem: dict, tile: dict) -> Optional[float]:
+    """The tile's time under today's cost model (None where it no longer fits)."""
+    # pylint: disable=import-outside-toplevel,protected-access
+    from tvm_fusion_hw.schedules.gemm import tiles
+
+    limits, config = _h200_model()
     fields = {**problem, "fetch_spatial_inner": tuple(problem["fetch_spatial_inner"]),
               "fetch_vector_inner": tuple(problem.get("fetch_vector_inner", (False, False)))}
-    model = tiles._model(tiles.GemmProblem(**fields), gpu_limits(target), config, tile["thread_rows"],
+    model = tiles._model(tiles.GemmProblem(**fields), limits, config, tile["thread_rows"],
                          tile["thread_cols"], tile["micro_rows"], tile["micro_cols"], tile["depth_step"],
                          tile["split_k"], tile["prefetch"], tile["vector_width"], tile["async_stages"] > 1,
                          tile["async_stages"] or None)
