@@ -81,7 +81,9 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
         The three are fitted to ``bench/tile_sweep.py`` on an H200 (2026-11-30, 20 GEMMs x 12-30
         tiles, ``bench/results/2026-11-30-h200-tile-sweep`` 2-prefetch and 3-vector-bk32): the
         model's pick is then 1.09x the fastest tile tried in geometric mean (1.18x before the
-        last two terms), at worst 1.32x.
+        last two terms), at worst 1.32x. Counting the last partial wave by the blocks it holds
+        brought the corpus' 20 heaviest GEMMs from 1.11x to 1.04x (worst 1.61x to 1.15x;
+        ``bench/results/2026-12-03-h200-corpus-8``, ``bench/gemm_model_check.py``).
     fixed_registers : int
         Registers a thread needs besides its accumulators and operand fragments (addresses,
         loop counters, the staged loads): ptxas figures for this schedule.
@@ -382,13 +384,11 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     steps = padded_depth // split_k // depth_step
     warp_instr_per_block = (threads // limits.profile.warp_size) * steps * (depth_step * per_k + copy_per_step)
 
-    # Waves: blocks run ``resident`` at a time on each SM. Per K step a block waits for its global
+    # Waves: blocks run ``per_sm`` at a time on each SM. Per K step a block waits for its global
     # loads (then a barrier) before it computes; the SM's other resident blocks compute meanwhile.
     # So a step of the SM's blocks costs their issue time, but never less than one block's load
     # latency plus its own compute.
     sms = limits.profile.multiprocessor_count
-    resident = min(per_sm, math.ceil(blocks / sms))
-    waves = math.ceil(blocks / (sms * per_sm))
     sm_rate = limits.warp_instructions_per_s / sms
     step_compute = warp_instr_per_block / steps / sm_rate
     # Prefetching overlaps a block's own loads with its compute: max instead of sum.
@@ -397,7 +397,15 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     # With S shared buffers a step waits for a copy issued S - 1 steps before: a share of the latency.
     hidden = latency / (stages - 1) if async_copy else latency
     lone_step = max(hidden + config.prefetch_overhead_s, step_compute) if prefetch else latency + step_compute
-    time = waves * steps * max(resident * step_compute, lone_step)
+
+    def wave_s(resident: int) -> float:
+        return steps * max(resident * step_compute, lone_step)
+
+    # The last, partial wave costs only the blocks it holds an SM: counted as a full wave, the
+    # model preferred fewer resident blocks whenever they filled their last wave better
+    # (bench/results/2026-12-03-h200-corpus-7, sweep 2).
+    full_waves, tail_blocks = divmod(blocks, sms * per_sm)
+    time = full_waves * wave_s(per_sm) + (wave_s(math.ceil(tail_blocks / sms)) if tail_blocks else 0.0)
 
     if split_k > 1:
         partial_bytes = split_k * problem.batch * padded_rows * padded_cols * problem.dtype_bytes
