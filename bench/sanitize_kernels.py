@@ -69,8 +69,8 @@ def log(msg: str) -> None:
 class Kernel:
     """One distinct scheduled PrimFunc (``global_symbol`` dropped) and where it came from."""
 
-    def __init__(self, func: tirx.PrimFunc, rule: str, args: List[Dict[str, object]]):
-        self.func, self.rule, self.args = func, rule, args
+    def __init__(self, func: tirx.PrimFunc, rule: str, args: List[Dict[str, object]], plan: str = ""):
+        self.func, self.rule, self.args, self.plan = func, rule, args, plan
         self.sources: List[Dict[str, object]] = []
         self.name = ""
 
@@ -96,8 +96,8 @@ class KernelSet:
         self._by_hash: Dict[int, List[Kernel]] = {}
         self.excluded: List[Dict[str, object]] = []
 
-    def add(self, name: str, rule: str, func: tirx.PrimFunc, model: str, batch: int) -> bool:
-        """Record kernel ``name`` of ``model`` at ``batch``; True if it is new."""
+    def add(self, name: str, rule: str, func: tirx.PrimFunc, model: str, batch: int, plan: str = "") -> bool:
+        """Record kernel ``name`` of ``model`` at ``batch`` (``plan``: its tile in words); True if it is new."""
         key = func.without_attr("global_symbol")
         source = {"model": model, "batch": batch, "kernel": name}
         bucket = self._by_hash.setdefault(tvm_ffi.structural_hash(key), [])
@@ -109,7 +109,7 @@ class KernelSet:
         if args is None:  # the corpus graphs are static: none expected
             self.excluded.append({**source, "rule": rule, "reason": "not all arguments are static compact buffers"})
             return False
-        kernel = Kernel(key, rule, args)
+        kernel = Kernel(key, rule, args, plan)
         kernel.sources.append(source)
         bucket.append(kernel)
         self.kernels.append(kernel)
@@ -117,7 +117,7 @@ class KernelSet:
 
 
 def template_kernels(model: str, batch: int, target: tvm.target.Target, only: Optional[Sequence[str]] = None):
-    """``({kernel: (rule, PrimFunc)}`` of the template kernels (of the templates named ``only``, when
+    """``({kernel: (rule, PrimFunc, plan)}`` of the template kernels (of the templates named ``only``, when
     given), ``stats)`` of one corpus model at ``batch``: the plugin's pipeline run as ``tvm.compile``
     runs it, read from its schedule log."""
     mod = relax.transform.LiftTransformParams()(
@@ -132,7 +132,7 @@ def template_kernels(model: str, batch: int, target: tvm.target.Target, only: Op
     templates = {type(r).__name__ for r in sched.templates}
     rules = sched.log.rules
     prims = {gv.name_hint: f for gv, f in lowered.functions_items() if isinstance(f, tirx.PrimFunc)}
-    picked = {n: (rules[n], f) for n, f in prims.items()
+    picked = {n: (rules[n], f, sched.log.plans.get(n, "")) for n, f in prims.items()
               if rules.get(n) in templates and (not only or rules[n] in only)}
     by_rule: Dict[str, int] = {}
     for name in prims:
@@ -158,7 +158,7 @@ def collect(models: Sequence[str], batches: Sequence[int], target, only: Optiona
             rows.append({"model": model, "batch": batch, "error": f"{type(err).__name__}: {(lines or [''])[-1][:300]}"})
             log(f"[{done}/{len(jobs)}] {model} b{batch}: FAILED {rows[-1]['error']}")
             continue
-        new = sum(kernels.add(n, rule, f, model, batch) for n, (rule, f) in picked.items())
+        new = sum(kernels.add(n, rule, f, model, batch, plan) for n, (rule, f, plan) in picked.items())
         rows.append({"model": model, "batch": batch, **stats, "new_kernels": new,
                      "seconds": round(time.time() - start, 1)})
         log(f"[{done}/{len(jobs)}] {model} b{batch}: {stats['template_kernels']} template kernels ({new} new, "
@@ -257,7 +257,8 @@ def write_bundle(out: Path, models: Sequence[str], batches: Sequence[int], profi
         "tvm_version": tvm.__version__, "commit": source_commit(), "profile": profile,
         "target_kind": "cuda", "target": str(target), "arch": str(target.attrs["arch"]),
         "models": rows, "batches": list(batches), "dry_run": dry_run,
-        "kernels": {k.name: {"rule": k.rule, "args": k.args, "sources": k.sources, "arg_bytes": _arg_bytes(k.args)}
+        "kernels": {k.name: {"rule": k.rule, "args": k.args, "sources": k.sources, "arg_bytes": _arg_bytes(k.args),
+                             "plan": k.plan, "form": schedule_form(k.rule, k.plan)}
                     for k in ordered},
         "excluded": kernels.excluded, "build_errors": [], "libraries": [],
     }
@@ -282,6 +283,15 @@ def write_bundle(out: Path, models: Sequence[str], batches: Sequence[int], profi
         f"{manifest['bundle_bytes'] / 2**20:.1f} MiB"
         + (f"; models that failed: {', '.join(failed)}" if failed else ""))
     return manifest
+
+
+def schedule_form(rule: str, plan: str) -> str:
+    """The template and its tile without what depends on the problem's size (blocks, waves, the
+    modelled time): kernels of one form run the same code a block, so racecheck, which looks for
+    hazards on shared memory within a block, can take one of each (``--race-forms`` of the device
+    script)."""
+    form = re.sub(r"(, )?(\d+ blocks|~?model [\d.e+-]+ (us|s)|[\d.e+-]+ waves of resident threads)", "", plan)
+    return f"{rule}: {form}"
 
 
 def _arg_bytes(args: Sequence[Dict[str, object]]) -> int:

@@ -7,6 +7,7 @@ this reuses). Needs Python 3.12 (the bundle's tvm-ffi wheel) and numpy; any tool
 
     compute-sanitizer --tool memcheck --error-exitcode 1 python3 run_kernels.py [--rule ImplicitGemm]
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 run_kernels.py [--models resnet18] [--limit 20]
+    compute-sanitizer --tool racecheck --error-exitcode 1 python3 run_kernels.py --one-per-form
     python3 run_kernels.py --list                          # the selection, no GPU needed
     python3 run_kernels.py --summarize-log sanitizer.log   # its reports per kernel (a --log-file or tee)
 
@@ -42,7 +43,8 @@ def load_manifest(bundle):
 
 
 def select(manifest, args):
-    """[(index, name, kernel entry)] in library order, after --rule, --models, --kernels, --limit."""
+    """[(index, name, kernel entry)] in library order, after --rule, --models, --kernels,
+    --one-per-form, --limit."""
     chosen = []
     for lib in manifest["libraries"]:
         for name in lib["kernels"]:
@@ -54,6 +56,15 @@ def select(manifest, args):
             if args.kernels and name not in args.kernels:
                 continue
             chosen.append(name)
+    if args.one_per_form:  # the smallest kernel of each schedule form (older manifests: each kernel)
+        smallest = {}
+        for name in chosen:
+            kernel = manifest["kernels"][name]
+            form = kernel.get("form") or name
+            if form not in smallest or kernel["arg_bytes"] < manifest["kernels"][smallest[form]]["arg_bytes"]:
+                smallest[form] = name
+        keep = set(smallest.values())
+        chosen = [name for name in chosen if name in keep]
     chosen = chosen[:args.limit] if args.limit else chosen
     return [(i, name, manifest["kernels"][name]) for i, name in enumerate(chosen, 1)]
 
@@ -264,6 +275,9 @@ def main(argv=None):
     ap.add_argument("--rule", nargs="+", help="only kernels of these templates")
     ap.add_argument("--models", nargs="+", help="only kernels found in these corpus models")
     ap.add_argument("--kernels", nargs="+", help="only these kernels (bundle names)")
+    ap.add_argument("--one-per-form", action="store_true",
+                    help="only the smallest kernel (argument bytes) of each schedule form: the template and its "
+                         "tile without the grid (racecheck's hazards are within a block)")
     ap.add_argument("--limit", type=int, help="at most this many kernels (after the filters)")
     ap.add_argument("--list", action="store_true", help="print the selection and stop")
     ap.add_argument("--results", help="write every kernel's result to this JSON file")

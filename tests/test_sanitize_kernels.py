@@ -264,3 +264,28 @@ def test_model_kernels_pass_memcheck(tmp_path):
                           check=False)
     assert done.returncode == 0, done.stdout[-4000:]
     assert "0 failed" in done.stdout and "ERROR SUMMARY: 0 errors" in done.stdout
+
+
+def test_schedule_form_drops_what_depends_on_the_problem_size():
+    form = _script().schedule_form
+    gemm = ("128x64 outputs a block (16x8 threads x 8x8 accumulators, 4-wide shared loads), BK 16, split K 1, "
+            "prefetch by cp.async (2 shared buffers), 784 blocks, model 162.1 us")
+    same_tile_other_grid = gemm.replace("784 blocks, model 162.1 us", "98 blocks, model 20.5 us")
+    assert form("ImplicitGemm", gemm) == form("ImplicitGemm", same_tile_other_grid) == (
+        "ImplicitGemm: 128x64 outputs a block (16x8 threads x 8x8 accumulators, 4-wide shared loads), BK 16, "
+        "split K 1, prefetch by cp.async (2 shared buffers)")
+    assert form("ImplicitGemm", gemm) != form("ImplicitGemm", gemm.replace("BK 16", "BK 32"))
+    elementwise = "256 threads a block, 2 vector(s) a thread, 1568 blocks, 0.74 waves of resident threads"
+    assert form("VectorizedElementwise", elementwise) == "VectorizedElementwise: 256 threads a block, 2 vector(s) a thread"
+
+
+def test_one_per_form_keeps_the_smallest_kernel_of_each_form():
+    spec = importlib.util.spec_from_file_location("run_kernels", BENCH / "sanitize_run_kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kernels = {"k0": ("A: t1", 300), "k1": ("A: t1", 100), "k2": ("A: t2", 500), "k3": ("", 50), "k4": ("", 60)}
+    manifest = {"libraries": [{"kernels": list(kernels)}],
+                "kernels": {n: {"rule": "A", "form": f, "arg_bytes": b, "sources": []} for n, (f, b) in kernels.items()}}
+    args = module.argparse.Namespace(rule=None, models=None, kernels=None, limit=None, one_per_form=True)
+    # a kernel without a form (an older manifest) stands for itself
+    assert [name for _, name, _ in module.select(manifest, args)] == ["k1", "k2", "k3", "k4"]

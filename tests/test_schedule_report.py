@@ -39,3 +39,20 @@ def test_explained_kernels_are_the_built_ones():
     source = cuda_source(tvm.compile(mod, target=target, relax_pipeline=hw.get_pipeline(target)))
     built = set(re.findall(r"void (?:__launch_bounds__\(\d+\) )?(\w+?)_kernel(?:_\d+)?\(", source))
     assert built == {c.kernel for c in explain_schedules(mod, target)}
+
+
+def test_logged_tile_is_the_one_planning_it_again_gives():
+    """The report reads the tile from the schedule log (no second planning): it must be the tile
+    the template plans for that kernel when asked alone, and dlight's kernels have none."""
+    target = hw.target("nvidia-h200")
+    mod = import_onnx(build("bert_encoder_layer", batch=1))
+    fused = fused_module(mod, target, hw.fusion_pass(target))
+    choices = {c.kernel: c for c in explain_schedules(mod, target)}
+    gemms = [name for name, c in choices.items() if c.rule == "ImplicitGemm"]
+    assert len(gemms) >= 3
+    for name in gemms:
+        with target:
+            _, tile = ImplicitGemm().plan(fused[name], target)
+        assert choices[name].detail == tile.summary()
+    dlight = [c for c in choices.values() if c.rule.startswith("dlight")]
+    assert dlight and all(c.detail == "" for c in dlight)

@@ -85,6 +85,8 @@ class ScheduleLog:
     """What :class:`GuardedSchedule` did: the rule of each kernel, and every fallback."""
 
     rules: Dict[str, str] = dataclasses.field(default_factory=dict)  # kernel -> the rule that took it
+    #: kernel -> the taking template's plan in words (its tile's ``summary()``); none for dlight's
+    plans: Dict[str, str] = dataclasses.field(default_factory=dict)
     fallbacks: List[Fallback] = dataclasses.field(default_factory=list)
 
     def fallbacks_of(self, kernel: str) -> List[Fallback]:
@@ -236,6 +238,8 @@ class _Kernel:
         self.position = 0  # the next template to ask
         self.failed: List[Fallback] = []
         self.candidate: Optional[tirx.PrimFunc] = None  # a template's schedule, to be built
+        self.candidate_plan = ""  # its tile in words
+        self.plan = ""  # the chosen schedule's
         self.rule_name = ""  # the rule asked last (the one that took the kernel, once done)
         self.chosen: Optional[tirx.PrimFunc] = None
         self.done = False
@@ -248,19 +252,19 @@ class _Kernel:
             self.position += 1
             self.rule_name = type(rule).__name__
             try:
-                scheduled = _apply(rule, self.func, self.target)
+                scheduled, plan = _apply(rule, self.func, self.target)
             except Exception as error:  # pylint: disable=broad-except
                 # Any failure of a rule: never the build's end.
                 self.failed.append(Fallback(self.name, self.rule_name, "schedule", one_line(error)))
                 continue
             if scheduled is not None:
-                self.candidate = scheduled
+                self.candidate, self.candidate_plan = scheduled, plan
                 return True
         self.candidate = None
         return False
 
-    def accept(self, func: tirx.PrimFunc) -> None:
-        self.chosen, self.candidate, self.done = func, None, True
+    def accept(self, func: tirx.PrimFunc, plan: str = "") -> None:
+        self.chosen, self.plan, self.candidate, self.done = func, plan, None, True
 
     def fallback_rules(self, rules: Sequence, verify: str) -> None:
         """dlight's rules in turn, each schedule but the last rule's lowered alone (as before any
@@ -270,7 +274,7 @@ class _Kernel:
             self.rule_name = type(rule).__name__
             stage = "schedule"
             try:
-                scheduled = _apply(rule, self.func, self.target)
+                scheduled, _ = _apply(rule, self.func, self.target)
                 if scheduled is None:
                     continue
                 if verify != "none" and rule is not last:
@@ -284,13 +288,16 @@ class _Kernel:
         self.done = True
 
 
-def _apply(rule, func: tirx.PrimFunc, target: Target) -> Optional[tirx.PrimFunc]:
-    """``rule``'s schedule of ``func`` (marked scheduled), or None when it does not take it."""
+def _apply(rule, func: tirx.PrimFunc, target: Target) -> Tuple[Optional[tirx.PrimFunc], str]:
+    """``rule``'s schedule of ``func`` (marked scheduled; None when it does not take it) and, for a
+    template, its tile in words (a dlight rule has none: "")."""
     space = rule.apply(func, target, False)
     if space is None:
-        return None
+        return None, ""
     sch = space[0] if isinstance(space, (list, tuple)) else space
-    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+    tile = rule.planned_tile(func) if hasattr(rule, "planned_tile") else None
+    plan = "" if tile is None else (tile.summary() if hasattr(tile, "summary") else str(tile))
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True), plan
 
 
 def schedule_kernels(kernels: Sequence[Tuple[str, tirx.PrimFunc, Target]], templates: Sequence,
@@ -334,24 +341,27 @@ def schedule_kernels(kernels: Sequence[Tuple[str, tirx.PrimFunc, Target]], templ
                     st.failed.append(Fallback(st.name, st.rule_name, stage, one_line(error)))
                     st.candidate = None
                 else:
-                    st.accept(st.candidate)
+                    st.accept(st.candidate, st.candidate_plan)
     for st in states:
         if not st.done:
             st.fallback_rules(fallback_rules, verify)
     scheduled = {}
     for st in states:
         if id(st) in remembered:
-            chosen, taken_by, failed = remembered[id(st)]
+            chosen, taken_by, failed, plan = remembered[id(st)]
         else:
             taken_by = st.rule_name if st.chosen is not None else ""
             chosen, failed = st.chosen, tuple(dataclasses.replace(f, taken_by=taken_by) for f in st.failed)
+            plan = st.plan
             if memo is not None:
-                memo.store((st.name, target_key(st.target), rules_key), (st.func,), (chosen, taken_by, failed))
+                memo.store((st.name, target_key(st.target), rules_key), (st.func,), (chosen, taken_by, failed, plan))
         for fallback in failed:
             log.fallbacks.append(fallback)
             warnings.warn(f"tvm_fusion_hw: {fallback}", TemplateFallbackWarning, stacklevel=2)
         if chosen is not None:
             log.rules[st.name] = taken_by
+            if plan:
+                log.plans[st.name] = plan
             scheduled[st.name] = chosen
     return scheduled
 

@@ -67,12 +67,7 @@ def explain_schedules(mod: tvm.IRModule, target: tvm.target.Target,
             schedule_kernel(name, func, target, templates, dlight_rules(), verify, log)
             taker = log.rules.get(name, "")
             rule = next((r for r in templates if type(r).__name__ == taker), None)
-            detail = ""
-            if rule is not None and hasattr(rule, "plan"):  # a template's tile and its modelled time
-                planned = rule.plan(func, target)
-                if planned is not None:
-                    tile = planned[1]
-                    detail = tile.summary() if hasattr(tile, "summary") else str(tile)
+            detail = log.plans.get(name, "")  # a template's tile and its modelled time
         label = taker if rule is not None else (f"dlight {taker}" if taker else "none")
         fell = tuple(f"{f.rule} at {f.stage}: {f.error}" for f in log.fallbacks_of(name))
         choices.append(ScheduleChoice(name, label, detail, fell))

@@ -101,7 +101,14 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
     # ---- what dlight and the fusion policy call -------------------------------------------------
     def apply(self, func: tirx.PrimFunc, target: Target, _: bool) -> Optional[s_tir.Schedule]:
         planned = self.schedule_best(func, target)
+        self._last_tile = (func, None if planned is None else planned[1])
         return None if planned is None else planned[2]
+
+    def planned_tile(self, func: tirx.PrimFunc):
+        """The tile the last :meth:`apply` chose for ``func`` (the same object), so that a caller
+        can report it without planning again; None if that call was on another PrimFunc."""
+        last = getattr(self, "_last_tile", None)
+        return last[1] if last is not None and last[0].same_as(func) else None
 
     def plan(self, func: tirx.PrimFunc, target: Target):
         """The problem the rule sees in ``func`` and the tile it uses, or ``None``."""
