@@ -1,11 +1,12 @@
 """``tvm-fusion-hw explain``: each figure checked against a fact found another way.
 
 The plans are made once per session through the command line (its JSON, text and page), on small
-zoo models: conv_relu_pool, whose conv + pool pair the H200 fuses and the RTX 3060 stages (the
-fused kernel would halve its occupancy there), and relu_add_mul, on which the H200 and the A100
+zoo models: conv_relu_pool, whose conv + pool pair the H200 fuses and the MI300X stages (the fused
+kernel would halve the occupancy of the conv's own GEMM tile there), and relu_add_mul, on which the H200 and the A100
 take the same decisions, so that a difference is forced with a knob (max_depth=2).
 """
 
+import argparse
 import contextlib
 import io
 import json
@@ -26,13 +27,14 @@ from tvm_fusion_hw.cli import main
 from tvm_fusion_hw.explain import browser, explain
 from tvm_fusion_hw.explain.html import render_html
 from tvm_fusion_hw.explain.text import render_text
+from tvm_fusion_hw.feedback import kernel_launches
 from tvm_fusion_hw.feedback.kernel_resources import measure_cuda_source
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.hardware.profile import TARGETS_DIR_CANDIDATES
 from tvm_fusion_hw.hardware.toolchain import have_nvcc
 from tvm_fusion_hw.progress import Progress
 
-PAIR = ("nvidia-h200", "nvidia-rtx-3060")
+PAIR = ("nvidia-h200", "amd-mi300x")
 
 
 def run(*argv):
@@ -89,7 +91,7 @@ def test_one_row_per_kernel_the_fused_module_calls(conv_pool):
         tgt = hw.target(name)
         calls = pipeline.kernel_names(pipeline.fused_module(mod, tgt, hw.fusion_pass(tgt)))
         assert [k["kernel"] for k in plan["kernels"]] == calls
-    # H200: conv+relu+pool as one kernel and the bias reshape; RTX 3060: the pool on its own
+    # H200: conv+relu+pool as one kernel and the bias reshape; MI300X: the pool on its own
     assert [len(p["kernels"]) for p in conv_pool.data["plans"]] == [2, 3]
 
 
@@ -116,15 +118,30 @@ def test_stock_grouping_is_stock_fuseops_and_covers_the_same_ops(conv_pool):
 
 
 @pytest.mark.skipif(not have_nvcc(), reason="needs nvcc for ptxas")
-def test_measured_registers_are_ptxas_on_a_build_of_our_own(conv_pool):
+def test_measured_registers_are_those_of_a_build_of_our_own(conv_pool):
+    """CUDA: ptxas on the CUDA source of our own build; ROCm: the AMDGPU metadata that our own
+    build's code object declares."""
     mod = module("conv_relu_pool")
     for plan, name in zip(conv_pool.data["plans"], PAIR):
         tgt = hw.target(name)
         with hw.pass_context(tgt):
             ex = tvm.compile(mod, target=tgt, relax_pipeline=hw.get_pipeline(tgt))
-        compiler = re.fullmatch(r"ptxas \((nvcc|nvrtc)\)", plan["measured_with"]).group(1)
-        reports = {k.name: k for k in measure_cuda_source(cuda_source(ex), profile_json(name)["target"]["arch"],
-                                                          compiler=compiler)}
+        if tgt.kind.name == "cuda":
+            compiler = re.fullmatch(r"ptxas \((nvcc|nvrtc)\)", plan["measured_with"]).group(1)
+            reports = {k.name: k for k in measure_cuda_source(cuda_source(ex), profile_json(name)["target"]["arch"],
+                                                              compiler=compiler)}
+        else:
+            assert plan["measured_with"] == "amdgpu-metadata"
+            (hip,) = kernel_launches.device_modules(ex, ["hip", "rocm"])
+            asm = hip.inspect_source("asm")
+            block = asm[asm.index(".amdgpu_metadata"):asm.index(".end_amdgpu_metadata")]
+            reports = {}
+            for entry in re.split(r"^  - ", block, flags=re.M)[1:]:  # a kernel's keys sit 4 spaces in
+                named = re.search(r"^    \.name:\s+(\S+)", entry, re.M)
+                if named is None:
+                    continue  # amdhsa.version's list
+                vgprs = re.search(r"^    \.vgpr_count:\s+(\d+)", entry, re.M)
+                reports[named.group(1)] = argparse.Namespace(registers=int(vgprs.group(1)))
         for kernel in plan["kernels"]:
             ours = [r for n, r in reports.items() if re.fullmatch(rf"{kernel['kernel']}_kernel\w*", n)]
             assert ours, (kernel["kernel"], sorted(reports))
@@ -133,13 +150,13 @@ def test_measured_registers_are_ptxas_on_a_build_of_our_own(conv_pool):
 
 
 def test_schedule_rule_and_tile_are_the_builds(conv_pool):
-    h200, rtx = conv_pool.data["plans"]
+    h200, mi300x = conv_pool.data["plans"]
     assert conv(h200)["schedule_rule"] == "ConvPool" and "blocks" in conv(h200)["tile"]
-    assert conv(rtx)["schedule_rule"] == "ImplicitGemm"
+    assert conv(mi300x)["schedule_rule"] == "ImplicitGemm"
     assert conv(h200)["modelled_from"] == "ConvPool tile model"
-    rows = {k["kernel"]: k for k in rtx["kernels"]}
+    rows = {k["kernel"]: k for k in mi300x["kernels"]}
     pool = rows["max_pool2d"]  # no template: dlight, at its roofline bound
-    bound = max(pool["flops"] / rtx["peak_flop_per_s"], pool["compulsory_bytes"] / rtx["dram_bytes_per_s"])
+    bound = max(pool["flops"] / mi300x["peak_flop_per_s"], pool["compulsory_bytes"] / mi300x["dram_bytes_per_s"])
     assert pool["modelled_from"] == "roofline bound" and pool["modelled_s"] == pytest.approx(bound)
 
 
@@ -192,7 +209,7 @@ def test_text_is_a_summary_first_and_fits_the_width(conv_pool, same_and_forced):
         pattern = re.escape(label) + r"\s+" + r"\s+".join(map(re.escape, cells.split("  ")))
         assert re.search(pattern, summary), label
     # details only when asked
-    assert "Decisions side by side" in conv_pool.out and "Kernels on nvidia-rtx-3060" in conv_pool.out
+    assert "Decisions side by side" in conv_pool.out and f"Kernels on {PAIR[1]}" in conv_pool.out
 
 
 def test_without_details_the_text_stays_short(tmp_path):

@@ -8,12 +8,12 @@ channels) is decided three ways from the profiles' figures and the DepthwisePoin
 - H200 (ridge 14): apart, the fused kernel's modelled time (its model corrected by what it measured
   on the H200) exceeds the two kernels' (ridge < break-even); exactly the kernels of a policy
   with no complex pair at all (the H200's decisions before the per-profile rule);
-- RTX 3060: staged, the fused plan loses more than 20% of the unfused kernels' occupancy.
+- RTX 4090: staged, the fused plan loses more than 20% of the unfused kernels' occupancy.
 
 Before/Expected are structural: the H200 module equals the one fused with no pair template; the
 Orin module's pair kernel equals the pair fused on the H200 with the cost rule off. The arithmetic
 behind the occupancy decisions is checked against ptxas' report of the kernels the templates build
-(sm_87, sm_86), and the calibration behind the cost rule against the templates' models now.
+(sm_87, sm_89), and the calibration behind the cost rule against the templates' models now.
 """
 
 import pytest
@@ -34,7 +34,7 @@ from tvm_fusion_hw.hardware.occupancy import occupancy
 from tvm_fusion_hw.hardware.profile import load_profile
 from tvm_fusion_hw.pipeline import fused_module, kernel_names
 
-H200, ORIN, RTX3060 = "nvidia-h200", "nvidia-jetson-agx-orin", "nvidia-rtx-3060"
+H200, ORIN, RTX4090 = "nvidia-h200", "nvidia-jetson-agx-orin", "nvidia-rtx-4090"
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def names(before, forced):
 def fusions(dw_pw32):
     """{profile: (fused module, the pair's decision)} at the defaults."""
     out = {}
-    for name in (H200, ORIN, RTX3060):
+    for name in (H200, ORIN, RTX4090):
         target = hw.target(name)
         fuse = hw.fusion_pass(target)
         mod = fused_module(dw_pw32, target, fuse)
@@ -114,8 +114,8 @@ def test_orin_fuses_the_pair_into_the_kernel_the_template_runs(fusions, forced, 
     assert "ridge 26.0 FLOP/B >= break-even" in decision.reason
 
 
-def test_rtx3060_stages_the_pair_on_occupancy(fusions, names):
-    mod, decision = fusions[RTX3060]
+def test_rtx4090_stages_the_pair_on_occupancy(fusions, names):
+    mod, decision = fusions[RTX4090]
     assert conv_kernels(mod) == names[0]
     assert decision.staged and decision.figures["occupancy_drop"] > 0.2
     assert "break_even_ridge_flop_per_byte" not in decision.figures  # decided before the cost
@@ -173,7 +173,7 @@ def test_conv_pool_calibration_matches_the_models_now():
         "ptxas gives ImplicitGemm's pointwise kernel fewer registers on sm_87 than its plan "
         "estimates (occupancy 58% measured, 42% planned), so measured the fused kernel drops 43%: "
         "the plan-time decision fuses a pair the register feedback (--feedback) would split"))),
-    (RTX3060, False),
+    (RTX4090, False),
 ])
 def test_occupancy_decision_holds_with_ptxas_figures(fusions, dw_pw32, names, profile, fuses):
     """The fused kernel and the pointwise kernel apart, as the templates build them for the

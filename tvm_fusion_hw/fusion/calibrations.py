@@ -40,11 +40,14 @@ class Calibration:
 
 
 _H200_DW_PW = ("bench/results/2026-11-30-h200-dw-pw/kernels.md (H200, measured per kernel) against "
-               "the templates' models at commit 36d7c83 on the nvidia-h200 profile")
+               "the templates' models at commit 36d7c83 on the nvidia-h200 profile; the apart rows' "
+               "ImplicitGemm halves remodelled at 03cd47f (the GEMM model's partial last wave), whose "
+               "tiles for dw_pw b32's and MobileNetV2 b32's pointwise convs differ from the ones measured")
 
 _H200_CONV_POOL = ("bench/results/2026-12-02-h200-corpus-6/conv_pool_calibration.md (H200, measured per "
                    "kernel, out_emu and out_cases) against the templates' models at commit c784f42 on the "
-                   "nvidia-h200 profile")
+                   "nvidia-h200 profile; VGG-11 b1 conv2d5 remodelled at 03cd47f (a different split K "
+                   "from the one measured)")
 
 #: Measured model errors, keyed by the fused plan's template. DepthwisePointwise: the dw_pw
 #: micro-graph (32x144x56x56 -> 24) and MobileNetV2's four pairs fused in that run, batch 1 and 32;
@@ -68,9 +71,9 @@ CALIBRATIONS: dict[str, Calibration] = {
             ("mobilenet_v2 b1 conv2d14+conv2d15", 19.39, 8.7),
         ),
         apart=(
-            ("dw_pw b32", 36.01 + 37.60, 55.1), ("dw_pw b1", 3.88 + 5.46, 7.0),
-            ("mobilenet_v2 b32 conv2d1 + conv2d2", 35.07 + 31.82, 41.7),
-            ("mobilenet_v2 b32 conv2d4 + conv2d5", 60.37 + 26.88, 69.3),
+            ("dw_pw b32", 36.01 + 37.60, 52.2), ("dw_pw b1", 3.88 + 5.46, 7.0),
+            ("mobilenet_v2 b32 conv2d1 + conv2d2", 35.07 + 31.82, 41.6),
+            ("mobilenet_v2 b32 conv2d4 + conv2d5", 60.37 + 26.88, 67.8),
         ),
         streaming=(
             ("dw_pw b32 depthwise", 4.0 * 32 * 144 * 56 * 56 * 2, 36.01, 4.8e12),
@@ -90,7 +93,7 @@ CALIBRATIONS: dict[str, Calibration] = {
         ),
         apart=(
             ("vgg11_bn b1 conv2d", 9.58, 3.40), ("vgg11_bn b1 conv2d1", 75.40, 32.40),
-            ("vgg11_bn b1 conv2d3", 165.10, 68.40), ("vgg11_bn b1 conv2d5", 199.88, 85.50),
+            ("vgg11_bn b1 conv2d3", 165.10, 68.40), ("vgg11_bn b1 conv2d5", 199.88, 82.60),
             ("vgg11_bn b1 conv2d6", 61.18, 25.40),
             ("vgg11_bn b32 conv2d", 184.01, 108.70), ("vgg11_bn b32 conv2d1", 1674.37, 977.90),
             ("vgg11_bn b32 conv2d3", 3187.41, 1955.70), ("vgg11_bn b32 conv2d5", 3166.56, 1955.70),
