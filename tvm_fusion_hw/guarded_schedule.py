@@ -295,9 +295,17 @@ def _apply(rule, func: tirx.PrimFunc, target: Target) -> Tuple[Optional[tirx.Pri
     if space is None:
         return None, ""
     sch = space[0] if isinstance(space, (list, tuple)) else space
+    return sch.mod["main"].with_attr("tirx.is_scheduled", True), _plan_words(rule, func)
+
+
+def _plan_words(rule, func: tirx.PrimFunc) -> str:
+    """The tile ``rule`` chose for ``func`` in words, for the log; "" where it has none (or its
+    summary fails: a report never decides which rule takes a kernel)."""
     tile = rule.planned_tile(func) if hasattr(rule, "planned_tile") else None
-    plan = "" if tile is None else (tile.summary() if hasattr(tile, "summary") else str(tile))
-    return sch.mod["main"].with_attr("tirx.is_scheduled", True), plan
+    try:
+        return "" if tile is None else (tile.summary() if hasattr(tile, "summary") else str(tile))
+    except Exception:  # pylint: disable=broad-except
+        return ""
 
 
 def schedule_kernels(kernels: Sequence[Tuple[str, tirx.PrimFunc, Target]], templates: Sequence,

@@ -46,8 +46,8 @@ _H200_DW_PW = ("bench/results/2026-11-30-h200-dw-pw/kernels.md (H200, measured p
 
 _H200_CONV_POOL = ("bench/results/2026-12-02-h200-corpus-6/conv_pool_calibration.md (H200, measured per "
                    "kernel, out_emu and out_cases) against the templates' models at commit c784f42 on the "
-                   "nvidia-h200 profile; VGG-11 b1 conv2d5 remodelled at 03cd47f (a different split K "
-                   "from the one measured)")
+                   "nvidia-h200 profile; VGG-11 b1 conv2d5 remodelled at 03cd47f (its tile now splits K 8 "
+                   "and prefetches, the one measured split K 4 without)")
 
 #: Measured model errors, keyed by the fused plan's template. DepthwisePointwise: the dw_pw
 #: micro-graph (32x144x56x56 -> 24) and MobileNetV2's four pairs fused in that run, batch 1 and 32;
