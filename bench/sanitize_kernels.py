@@ -288,8 +288,7 @@ def write_bundle(out: Path, models: Sequence[str], batches: Sequence[int], profi
 def schedule_form(rule: str, plan: str) -> str:
     """The template and its tile without what depends on the problem's size (blocks, waves, the
     modelled time): kernels of one form run the same code a block, so racecheck, which looks for
-    hazards on shared memory within a block, can take one of each (``--race-forms`` of the device
-    script)."""
+    hazards on shared memory within a block, can take one of each (the device script's ``--one-per-form``)."""
     form = re.sub(r"(, )?(\d+ blocks|~?model [\d.e+-]+ (us|s)|[\d.e+-]+ waves of resident threads)", "", plan)
     return f"{rule}: {form}"
 
