@@ -12,7 +12,9 @@ CPU only, except the tests marked gpu. Checked:
 - its schedules compute what the unscheduled PrimFunc computes (thread loops made serial, LLVM);
 - the CUDA kernels (sm_90) reduce with warp shuffles, load and store float4, keep the row in a
   register array, and ptxas (when nvcc is present) reports no spills; gfx942 builds, no spills;
-- it declines element-wise kernels, matmul/GEMV (rows sharing an operand), reductions not along
+- a GEMV (rows of W against one shared x; a squeeze-and-excitation FC at batch 1, a 1x1 conv of a
+  1x1 image whose extent-1 axes index as 0) is rows too: planned, and computes the same;
+- it declines element-wise kernels, matmul (rows sharing rows of an operand), reductions not along
   the trailing axes, windowed pools, dynamic shapes, CPU; rows the warp does not divide (197, 49,
   16 values) are streamed, each pass reading the row again;
 - BERT's encoder layer builds with the full pipeline and explain_schedules names the rule;
@@ -24,6 +26,7 @@ CPU only, except the tests marked gpu. Checked:
 """
 
 import functools
+import math
 import re
 
 import pytest
@@ -74,6 +77,20 @@ def layer_norm(shape, target):
 
 def softmax(shape, target):
     return relax_func(lambda x: relax.op.nn.softmax(x, axis=-1), shape, target)
+
+
+def se_fc(c_in, c_out, target):
+    """A squeeze-and-excitation FC at batch 1, fused: a 1x1 conv of a 1x1 image, bias, sigmoid."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, c_in, 1, 1), "float32"))
+    w = relax.Var("w", relax.TensorType((c_out, c_in, 1, 1), "float32"))
+    b = relax.Var("b", relax.TensorType((1, c_out, 1, 1), "float32"))
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.sigmoid(relax.op.add(relax.op.nn.conv2d(x, w), b)))
+        bb.emit_func_output(out)
+    (func,) = prim_funcs(fused_module(bb.get(), target, hw.fusion_pass(target))).values()
+    return func
 
 
 def readers_of(sch, buffer_name):
@@ -233,10 +250,32 @@ def test_long_rows_take_a_block(h200):
     assert shared_rmw_by_every_thread(source) == []
 
 
-@pytest.mark.parametrize("func", [relu, matmul, matmul_nt, gemv, channel_sum, max_pool, dynamic_sum],
-                         ids=["elementwise", "matmul", "matmul_nt", "gemv", "channel_sum", "max_pool", "dynamic"])
+@pytest.mark.parametrize("func", [relu, matmul, matmul_nt, channel_sum, max_pool, dynamic_sum],
+                         ids=["elementwise", "matmul", "matmul_nt", "channel_sum", "max_pool", "dynamic"])
 def test_declines(h200, func):
     assert RowReduction().apply(func, h200, False) is None
+
+
+def test_a_gemv_is_rows_that_share_one_vector(h200):
+    """Each row of W reduced against the one x every row reads: a row per warp, float4 loads of W."""
+    problem, tile = RowReduction().plan(gemv, h200)
+    assert (problem.spatial, problem.reduced, problem.cached) == ((256,), (128,), ())
+    assert (tile.threads_per_row, tile.lanes, tile.values_per_thread, tile.passes) == (32, 4, 4, 1)
+    assert_schedule_preserves_numerics(gemv, RowReduction().apply(gemv, h200, False), reassociates=True,
+                                       blocks_reversed=True)
+
+
+@pytest.mark.parametrize("c_in, c_out, lanes, guarded", [(128, 32, 4, False), (96, 24, 2, True),
+                                                         (24, 96, 1, True)],
+                         ids=["128_to_32", "96_to_24_last_vector_guarded", "24_to_96_short_row"])
+def test_a_squeeze_excitation_fc_at_batch_1_is_a_gemv(h200, c_in, c_out, lanes, guarded):
+    """``x[0, rc, yy + ry, xx + rx]`` with every other axis of extent 1: rows of W along ``rc``."""
+    func = se_fc(c_in, c_out, h200)
+    problem, tile = RowReduction().plan(func, h200)
+    assert math.prod(problem.spatial) == c_out and math.prod(problem.reduced) == c_in
+    assert (tile.lanes, tile.guarded) == (lanes, guarded)
+    assert_schedule_preserves_numerics(func, RowReduction().apply(func, h200, False), reassociates=True,
+                                       blocks_reversed=True)
 
 
 @pytest.mark.parametrize("make, shape", [(softmax, (6, 197)), (softmax, (4, 3, 49)), (softmax, (10, 16)),

@@ -176,7 +176,7 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
         return None
     batch, rows, cols, depth = extents
     if rows == 1 or cols == 1:
-        return None  # a GEMV: dlight's GEMV rule (a reduction per output) fits it better
+        return None  # a GEMV: RowReduction (rows of W contiguous along K) or dlight (a reduction per output)
     problem = GemmProblem(batch, rows, cols, depth, 4, rows_contiguous, spatial_inner, vector_inner,
                           exact_cols=_shares_output_axis(stmt))
     return problem, gemm

@@ -1,4 +1,4 @@
-"""A schedule rule for row reductions with their element-wise work: LayerNorm, softmax, pooling.
+"""A schedule rule for row reductions with their element-wise work: LayerNorm, softmax, pooling, GEMV.
 
 A LayerNorm (with the bias and residual adds fused before it), a softmax and a global average
 pool are the same kernel shape: rows of ``L`` elements, one or more reductions along each row
@@ -34,8 +34,12 @@ Matched from the TIR, not from names: after inlining element-wise chains, every 
 the same rows (``S`` axes) and is a reduction along the trailing ``R`` axes, an element-wise
 block over ``S + R`` or a per-row block over ``S``; one block writes the one output; every load
 that moves along a row reads it contiguously (its trailing indices are the ``R`` iterators) and,
-in a reduction, a row of its own (so a matmul or GEMV, whose rows share an operand, and convs
-and pools with windows, are not taken). Anything else returns None and dlight takes it.
+in a reduction, a row of its own or the one vector every row reads. The latter is a GEMV
+(``y[n] = sum_k W[n, k] x[k]``: a squeeze-and-excitation FC or a classifier at batch 1, whose
+weight rows are contiguous along ``k``): a warp a row of ``W`` in float4 loads, ``x`` read by
+every warp from L1. Extent-1 axes count as 0 in the indices (a 1x1 conv of a 1x1 image reads
+``x[n, rc, yy + ry, xx + rx]``, a row along ``rc``). A matmul, whose rows share rows of an operand,
+and convs and pools with windows are not taken. Anything else returns None and dlight takes it.
 
 Rows the warp does not divide (a ViT's 197 tokens, Swin's 49-token windows) have no guard-free
 ``[J, T, V]`` layout: they are *streamed*, every pass reading the row again (from L1: a row is a
@@ -50,13 +54,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import tvm
 import tvm_ffi
-from tvm import s_tir, tirx
+from tvm import s_tir, sym, tirx
 from tvm.ir import TensorLoad
 from tvm.s_tir.dlight.analysis import get_root_block
 
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int, tensor_loads
-from tvm_fusion_hw.schedules.base.vector_lanes import dtype_bytes, uses
+from tvm_fusion_hw.schedules.base.vector_lanes import dtype_bytes, substitute, uses
 
 from .tiles import RowConfig, RowProblem, RowTile, rank_tiles
 
@@ -70,12 +74,12 @@ _LOWERING_PREFIX = ("CanonicalizeLoop", "LowerCrossThreadReduction", "LowerInitB
 
 
 class RowReduction(TiledScheduleRule):
-    """Row reductions with element-wise prologues and epilogues (LayerNorm, softmax, pooling).
+    """Row reductions with element-wise prologues and epilogues (LayerNorm, softmax, pooling, GEMV).
 
     Returns ``None`` (dlight takes the PrimFunc) for anything else: element-wise kernels,
-    reductions not along contiguous trailing axes or whose rows share an operand (matmul, GEMV,
-    conv, windowed pools), dynamic shapes, several outputs, and rows whose values do not fit a
-    block's registers. Rows the warp does not divide are streamed (read once a pass), not kept.
+    reductions not along contiguous trailing axes or whose rows share rows of an operand
+    (matmul, conv, windowed pools), dynamic shapes, several outputs, and rows whose values do
+    not fit a block's registers. Rows the warp does not divide are streamed (read once a pass).
     """
 
     #: the search bounds; the class lives beside the tile model (:mod:`.tiles`)
@@ -119,6 +123,24 @@ def _are(indices, variables) -> bool:
     """``indices`` are exactly ``variables``, in order."""
     return len(indices) == len(variables) and all(
         isinstance(i, tirx.Var) and i.same_as(v) for i, v in zip(indices, variables))
+
+
+def _without_unit_axes(block: s_tir.SBlock, indices) -> List[tirx.Expr]:
+    """``indices`` with the block's extent-1 iterators set to 0 and simplified.
+
+    A 1x1 convolution over a 1x1 image (a squeeze-and-excitation FC at batch 1) reads
+    ``x[n, rc, yy + ry, xx + rx]``; its row is ``x[n, rc, 0, 0]``, contiguous along ``rc``."""
+    zero = [(iv.var, tirx.IntImm(str(iv.dom.extent.ty), 0)) for iv in block.iter_vars if const_int(iv.dom.extent) == 1]
+    analyzer = sym.Analyzer()
+    return [analyzer.simplify(substitute(i, zero)) if zero else i for i in indices]
+
+
+def _are_axes(block: s_tir.SBlock, indices, variables) -> bool:
+    """``indices`` walk ``variables`` in order, an extent-1 variable's index being 0."""
+    unit = [iv.var for iv in block.iter_vars if const_int(iv.dom.extent) == 1]
+    return len(indices) == len(variables) and all(
+        (isinstance(i, tirx.Var) and i.same_as(v)) or (const_int(i) == 0 and any(v.same_as(u) for u in unit))
+        for i, v in zip(_without_unit_axes(block, indices), variables))
 
 
 def _is_update(block: s_tir.SBlock, s_vars: Sequence[tirx.Var]) -> bool:
@@ -222,13 +244,15 @@ def _match_and_inline(  # pylint: disable=too-many-locals,too-many-return-statem
                 if is_store and role == "elementwise":
                     return None
                 continue  # a per-row value or a constant, or a per-row output
-            row_part = list(access.indices[:-k])
-            if not _are(access.indices[-k:], r_vars) or uses(row_part, r_vars) or tuple(
+            row_part = _without_unit_axes(block, access.indices[:-k])
+            if not _are_axes(block, access.indices[-k:], r_vars) or uses(row_part, r_vars) or tuple(
                     const_int(d) for d in buf.shape[-k:]) != reduced:
                 return None
             own_row = all(uses(row_part, [v]) for v in wide)
-            if not own_row and (role == "reduction" or is_store):
-                return None  # rows sharing an operand (GEMV, matmul), or an output written twice
+            if not own_row and (is_store or role == "reduction" and uses(row_part, wide)):
+                return None  # an output written twice, or rows sharing a row of an operand (matmul)
+            if not own_row:
+                continue  # one vector every row reads (a GEMV's x): from L1, not kept
             if own_row and not is_store:
                 readers[index] = readers.get(index, []) + ([] if name in readers.get(index, []) else [name])
                 lead[index], reads_row = len(buf.shape) - k, True
