@@ -14,6 +14,11 @@ then, on the GPU box (Python 3.12 + numpy; the folder carries TVM's runtime and 
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 .bundle_sanitize/run_kernels.py
     # subsets: --rule ImplicitGemm RowReduction, --models resnet18, --limit 20; --list prints the plan
 
+A form whose batch-32 kernel racecheck cannot finish runs as its batch-1 instance: ``--batches 1
+--forms-of .bundle_san32/manifest.json k0002_... k0581_...`` applies each named kernel's tile (found
+again by its form on its layer) to the same layer at batch 1: the same code a block, a 32 times
+smaller grid.
+
 Per model and batch, ``hw.get_pipeline(target)`` runs on the lifted module under
 ``hw.pass_context(target)`` as ``tvm.compile`` runs it (pair retries included); the kernels whose
 rule in ``pipeline.schedule_pass.log.rules`` is one of the schedule pass's templates are kept,
@@ -44,7 +49,7 @@ from typing import Dict, List, Optional, Sequence
 
 import tvm
 import tvm_ffi
-from tvm import relax, tirx
+from tvm import relax, s_tir, tirx
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.bundle.cubins import precompile_cuda
@@ -53,6 +58,9 @@ from tvm_fusion_hw.bundle.writer import _cuda_source, _export, source_commit
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.guarded_schedule import TemplateFallbackWarning
 from tvm_fusion_hw.models import build, corpus
+from tvm_fusion_hw.pipeline import fused_module
+from tvm_fusion_hw.schedules.base.limits import gpu_limits
+from tvm_fusion_hw.schedules.base.rule import TILE_ERRORS
 from tvm_fusion_hw.schedules.rules import default_rules, opt_in_rules
 
 DEVICE_SCRIPT = Path(__file__).with_name("sanitize_run_kernels.py")
@@ -167,6 +175,73 @@ def collect(models: Sequence[str], batches: Sequence[int], target, only: Optiona
     return kernels, rows
 
 
+def same_form_kernels(manifest_path: Path, names: Sequence[str], batch: int, target) -> tuple:
+    """Each kernel ``names`` of another manifest, its tile (found again on the layer it came from,
+    by its form) applied to the same layer at ``batch``: a batch-32 kernel that racecheck cannot
+    finish, run on the batch-1 problem, whose blocks run the same code a block and whose grid is
+    32 times smaller. The guard's check build is skipped (the libraries build them)."""
+    other = json.loads(Path(manifest_path).read_text())["kernels"]
+    missing = [n for n in names if n not in other]
+    if missing:
+        raise SystemExit(f"not in {manifest_path}: {', '.join(missing)}")
+    rules = {type(r).__name__: r for r in default_rules() + opt_in_rules()}
+    kernels, rows, fused = KernelSet(), [], {}
+
+    def fused_funcs(model: str, at: int) -> Dict[str, tirx.PrimFunc]:
+        if (model, at) not in fused:
+            mod = relax.transform.LiftTransformParams()(
+                import_onnx(build(f"corpus:{model}", batch=at), keep_params_in_input=True))
+            with hw.pass_context(target):
+                fused[model, at] = {gv.name_hint: f for gv, f in fused_module(mod, target, hw.fusion_pass(target))
+                                    .functions_items() if isinstance(f, tirx.PrimFunc)}
+        return fused[model, at]
+
+    for name in names:
+        entry = other[name]
+        source, rule = entry["sources"][0], rules[entry["rule"]]
+        model, kernel = source["model"], source["kernel"]
+        original, func = fused_funcs(model, source["batch"]).get(kernel), fused_funcs(model, batch).get(kernel)
+        tile = None if original is None else _tile_of_form(rule, original, target, entry["form"])
+        with hw.pass_context(target), target:
+            sch = None if tile is None or func is None else rule.schedule_tile(func, target, tile)
+        if sch is None:
+            reason = ("no such kernel" if original is None or func is None else
+                      "no tile of that form" if tile is None else "the tile does not schedule")
+            rows.append({"model": model, "batch": batch, "form_of": name, "error": reason})
+            log(f"{name}: {model} b{batch} {kernel}: {reason}")
+            continue
+        plan = f"{schedule_form(entry['rule'], tile.summary())} (the batch-{source['batch']} tile)"
+        kernels.add(kernel, entry["rule"], sch.mod["main"].with_attr("tirx.is_scheduled", True), model, batch, plan)
+        rows.append({"model": model, "batch": batch, "form_of": name, "kernel": kernel})
+        log(f"{name}: {model} b{batch} {kernel}: {plan}")
+    return kernels, rows
+
+
+def _tile_of_form(rule, func: tirx.PrimFunc, target, form: str):
+    """The first of ``rule``'s ranked tiles for ``func`` that, scheduled and checked as the
+    pipeline does (under ``hw.pass_context``), has the form ``form``; None if none has."""
+    words = lambda text: set(re.findall(r"[\w.]+", text))  # noqa: E731
+    with hw.pass_context(target), target:  # the config reads the context (cp.async)
+        config, limits, name = rule.get_config(target), gpu_limits(target), type(rule).__name__
+        sch = s_tir.Schedule(rule.prepare(func))
+        matched = rule.match(sch, config, limits)
+        if matched is None:
+            return None
+        problem, *blocks = matched
+        for tile in rule.rank(problem, limits, config):
+            if not words(schedule_form(name, tile.summary())) <= words(form):
+                continue  # the check only adds to a tile's words (vector widths, cp.async)
+            try:
+                attempt = sch.copy()
+                attempt = rule.schedule(attempt, problem, tile, *blocks) or attempt
+                verdict = rule.check(attempt, problem, tile, limits)
+            except TILE_ERRORS:
+                continue
+            if verdict is not None and schedule_form(name, verdict[0].summary()) == form:
+                return verdict[0]
+    return None
+
+
 def name_kernels(kernels: List[Kernel]) -> List[Kernel]:
     """Order by template (then first seen) and name each ``kNNNN_<its first name>``."""
     ordered = sorted(kernels, key=lambda k: k.rule)  # stable: first seen within a template
@@ -239,9 +314,10 @@ def write_libraries(out: Path, kernels: List[Kernel], target, chunk: int, precom
 def write_bundle(out: Path, models: Sequence[str], batches: Sequence[int], profile: str = "nvidia-h200",
                  chunk: int = 200, precompile: bool = True, dry_run: bool = False,
                  python_versions: Sequence[str] = ("3.12",),
-                 rules: Optional[Sequence[str]] = None) -> Dict[str, object]:
+                 rules: Optional[Sequence[str]] = None, forms_of: Optional[Sequence[str]] = None) -> Dict[str, object]:
     """Collect, build and write everything (see the module docstring); returns the manifest.
-    ``rules``: only these templates' kernels (default: every template's)."""
+    ``rules``: only these templates' kernels (default: every template's). ``forms_of``: a manifest
+    and kernel names in it, rebuilt at ``batches[0]`` by :func:`same_form_kernels` instead."""
     unknown = [m for m in models if m not in corpus.names()]
     if unknown:
         raise SystemExit(f"not corpus models: {', '.join(unknown)}; known: {', '.join(corpus.names())}")
@@ -250,7 +326,10 @@ def write_bundle(out: Path, models: Sequence[str], batches: Sequence[int], profi
     for stale in [*out.glob("*.so"), *out.glob("*.so.xz"), *out.glob("cubin/*"), out / "manifest.json"]:
         if stale.is_file():
             stale.unlink()
-    kernels, rows = collect(models, batches, target, rules)
+    if forms_of:
+        kernels, rows = same_form_kernels(Path(forms_of[0]), forms_of[1:], batches[0], target)
+    else:
+        kernels, rows = collect(models, batches, target, rules)
     ordered = name_kernels(kernels.kernels)
     manifest = {
         "format": "sanitize-kernels/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -318,12 +397,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--python", nargs="+", default=["3.12"], help="Python versions of the device's interpreter")
     ap.add_argument("--rules", nargs="+", help="only these templates' kernels (default: every template's); "
                     "an opt-in template named here is added to the pipeline's rules")
+    ap.add_argument("--forms-of", nargs="+", metavar=("MANIFEST", "KERNEL"),
+                    help="instead of the corpus' kernels: these kernels of another sanitize manifest, each "
+                    "rebuilt with its form on its layer at the first of --batches (racecheck of a form whose "
+                    "batch-32 kernel takes too long)")
     args = ap.parse_args(argv)
+    if args.forms_of is not None and len(args.forms_of) < 2:
+        ap.error("--forms-of takes a manifest and at least one kernel name")
     known = [type(r).__name__ for r in default_rules() + opt_in_rules()]
     if args.rules and set(args.rules) - set(known):
         ap.error(f"unknown template(s) {', '.join(sorted(set(args.rules) - set(known)))}; known: {', '.join(known)}")
     manifest = write_bundle(Path(args.out), args.models or corpus.names(), args.batches, args.profile,
-                            args.chunk, not args.no_precompile, args.dry_run, args.python, args.rules)
+                            args.chunk, not args.no_precompile, args.dry_run, args.python, args.rules,
+                            args.forms_of)
     print(f"{args.out}: {len(manifest['kernels'])} distinct template kernels, "
           f"{manifest['bundle_bytes'] / 2**20:.1f} MiB")
     return 1 if manifest["build_errors"] else 0

@@ -10,6 +10,9 @@ Checked:
   kernel it gives dlight (read from an independent run of hw.get_pipeline, not from the
   script's deduplication), with each kernel's argument shapes; its libraries load on the CPU and
   implement every kernel;
+- (slow) --forms-of: a batch-32 ImplicitGemm tile of MobileNetV3-Small applied to the same layer at
+  batch 1 (whose own tile differs): the batch-1 arguments, the batch-32 form, and the unscheduled
+  PrimFunc's results (LLVM, thread loops serial);
 - (gpu) the same bundle's kernels run under compute-sanitizer memcheck with no error.
 """
 
@@ -25,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
 from tvm.script import tirx as T
 
@@ -34,6 +38,7 @@ from tvm_fusion_hw.bundle.writer import _export
 from tvm_fusion_hw.errors import FusionHWError
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build
+from tvm_fusion_hw.pipeline import fused_module
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 PYVER = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -289,3 +294,44 @@ def test_one_per_form_keeps_the_smallest_kernel_of_each_form():
     args = module.argparse.Namespace(rule=None, models=None, kernels=None, limit=None, one_per_form=True)
     # a kernel without a form (an older manifest) stands for itself
     assert [name for _, name, _ in module.select(manifest, args)] == ["k1", "k2", "k3", "k4"]
+
+
+@pytest.mark.slow
+def test_forms_of_runs_a_batch_32_tile_on_the_same_layer_at_batch_1(tmp_path):
+    """40-80 s: a batch-32 ImplicitGemm kernel of MobileNetV3-Small whose batch-1 kernel has another
+    tile, rebuilt at batch 1 with the batch-32 tile (how racecheck gets through the forms whose
+    batch-32 kernels it cannot finish): the layer's batch-1 arguments, the batch-32 form, and the
+    same results as the unscheduled batch-1 PrimFunc."""
+    from tir_checks import assert_schedule_preserves_numerics  # pylint: disable=import-outside-toplevel
+
+    script, target = _script(), hw.target("nvidia-h200")
+    logs = {}
+    for batch in (32, 1):
+        mod = relax.transform.LiftTransformParams()(
+            import_onnx(build(f"corpus:{MODEL}", batch=batch), keep_params_in_input=True))
+        pipeline = hw.get_pipeline(target)
+        with hw.pass_context(target):
+            lowered = pipeline(mod)
+        logs[batch] = (pipeline.schedule_pass.log, {gv.name_hint: f for gv, f in lowered.functions_items()},
+                       {gv.name_hint: f for gv, f in fused_module(mod, target, hw.fusion_pass(target)).functions_items()})
+    (log32, _, _), (log1, scheduled1, unscheduled1) = logs[32], logs[1]
+    form = lambda log, name: script.schedule_form(log.rules[name], log.plans[name])  # noqa: E731
+    differing = [n for n, r in log32.rules.items() if r == "ImplicitGemm" and log1.rules.get(n) == r
+                 and form(log32, n) != form(log1, n)]
+    assert differing, "every ImplicitGemm kernel has the same tile at batch 1 and 32"
+    name = differing[0]
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"kernels": {"k0": {
+        "rule": "ImplicitGemm", "form": form(log32, name), "sources": [{"model": MODEL, "batch": 32, "kernel": name}]}}}))
+
+    kernels, rows = script.same_form_kernels(manifest, ["k0"], 1, target)
+    assert rows == [{"model": MODEL, "batch": 1, "form_of": "k0", "kernel": name}]
+    (kernel,) = kernels.kernels
+    assert kernel.plan == f"{form(log32, name)} (the batch-32 tile)"
+    assert kernel.args == [{"name": p.name, "shape": [int(d) for d in p.ty.shape], "dtype": str(p.ty.dtype)}
+                           for p in unscheduled1[name].params]
+    assert not tvm_ffi.structural_equal(kernel.func, scheduled1[name].without_attr("global_symbol"))
+    assert_schedule_preserves_numerics(unscheduled1[name], type("Sch", (), {"mod": {"main": kernel.func}})(),
+                                       reassociates=True)
+    with pytest.raises(SystemExit, match="not in"):
+        script.same_form_kernels(manifest, ["k9"], 1, target)
