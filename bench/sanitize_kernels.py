@@ -60,7 +60,6 @@ from tvm_fusion_hw.guarded_schedule import TemplateFallbackWarning
 from tvm_fusion_hw.models import build, corpus
 from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
-from tvm_fusion_hw.schedules.base.rule import TILE_ERRORS
 from tvm_fusion_hw.schedules.rules import default_rules, opt_in_rules
 
 DEVICE_SCRIPT = Path(__file__).with_name("sanitize_run_kernels.py")
@@ -231,14 +230,9 @@ def _tile_of_form(rule, func: tirx.PrimFunc, target, form: str):
         for tile in rule.rank(problem, limits, config):
             if not words(schedule_form(name, tile.summary())) <= words(form):
                 continue  # the check only adds to a tile's words (vector widths, cp.async)
-            try:
-                attempt = sch.copy()
-                attempt = rule.schedule(attempt, problem, tile, *blocks) or attempt
-                verdict = rule.check(attempt, problem, tile, limits)
-            except TILE_ERRORS:
-                continue
-            if verdict is not None and schedule_form(name, verdict[0].summary()) == form:
-                return verdict[0]
+            tried = rule.try_tile(sch, problem, tile, blocks, limits)
+            if tried is not None and schedule_form(name, tried[1].summary()) == form:
+                return tried[1]
     return None
 
 

@@ -131,6 +131,17 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
             return None
         return self.finish(sch, tile)
 
+    def try_tile(self, matched_sch: s_tir.Schedule, problem, tile, blocks, limits: GPULimits):
+        """``(schedule, checked tile, exact)`` of ``tile`` on a copy of the matched schedule (its
+        block handles stay valid in the copy), or None when it fails or the check rejects it."""
+        try:
+            sch = matched_sch.copy()
+            sch = self.schedule(sch, problem, tile, *blocks) or sch
+            verdict = self.check(sch, problem, tile, limits)
+        except TILE_ERRORS:
+            return None
+        return None if verdict is None else (sch, *verdict)
+
     def schedule_best(self, func: tirx.PrimFunc, target: Target):
         """(problem, tile, schedule) for ``func``, or None when it is not this rule's pattern."""
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
@@ -152,15 +163,10 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
         # matched schedule (its block handles stay valid in the copy).
         accepted = None
         for tile in list(tiles)[: config.max_attempts]:
-            try:
-                sch = matched_sch.copy()
-                sch = self.schedule(sch, problem, tile, *blocks) or sch
-                verdict = self.check(sch, problem, tile, limits)
-            except TILE_ERRORS:
+            tried = self.try_tile(matched_sch, problem, tile, blocks, limits)
+            if tried is None:
                 continue
-            if verdict is None:
-                continue
-            checked, exact = verdict
+            sch, checked, exact = tried
             if exact:
                 return problem, checked, self.finish(sch, checked)
             if accepted is None:
