@@ -123,12 +123,18 @@ class KernelSet:
         return True
 
 
+def lifted_corpus_module(model: str, batch: int) -> tvm.IRModule:
+    """Corpus ``model`` at ``batch`` imported with its weights as inputs and lifted, as the
+    bundle compiles it."""
+    return relax.transform.LiftTransformParams()(
+        import_onnx(build(f"corpus:{model}", batch=batch), keep_params_in_input=True))
+
+
 def template_kernels(model: str, batch: int, target: tvm.target.Target, only: Optional[Sequence[str]] = None):
     """``({kernel: (rule, PrimFunc, plan)}`` of the template kernels (of the templates named ``only``, when
     given), ``stats)`` of one corpus model at ``batch``: the plugin's pipeline run as ``tvm.compile``
     runs it, read from its schedule log."""
-    mod = relax.transform.LiftTransformParams()(
-        import_onnx(build(f"corpus:{model}", batch=batch), keep_params_in_input=True))
+    mod = lifted_corpus_module(model, batch)
     opt_in = [r for r in opt_in_rules() if only and type(r).__name__ in only]
     pipeline = hw.get_pipeline(target, schedules=default_rules() + opt_in) if opt_in else hw.get_pipeline(target)
     with warnings.catch_warnings():
@@ -188,11 +194,9 @@ def same_form_kernels(manifest_path: Path, names: Sequence[str], batch: int, tar
 
     def fused_funcs(model: str, at: int) -> Dict[str, tirx.PrimFunc]:
         if (model, at) not in fused:
-            mod = relax.transform.LiftTransformParams()(
-                import_onnx(build(f"corpus:{model}", batch=at), keep_params_in_input=True))
             with hw.pass_context(target):
-                fused[model, at] = {gv.name_hint: f for gv, f in fused_module(mod, target, hw.fusion_pass(target))
-                                    .functions_items() if isinstance(f, tirx.PrimFunc)}
+                mod = fused_module(lifted_corpus_module(model, at), target, hw.fusion_pass(target))
+            fused[model, at] = {gv.name_hint: f for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)}
         return fused[model, at]
 
     for name in names:
@@ -219,7 +223,9 @@ def same_form_kernels(manifest_path: Path, names: Sequence[str], batch: int, tar
 def _tile_of_form(rule, func: tirx.PrimFunc, target, form: str):
     """The first of ``rule``'s ranked tiles for ``func`` that, scheduled and checked as the
     pipeline does (under ``hw.pass_context``), has the form ``form``; None if none has."""
-    words = lambda text: set(re.findall(r"[\w.]+", text))  # noqa: E731
+    def words(text: str) -> set:
+        return set(re.findall(r"[\w.]+", text))
+
     with hw.pass_context(target), target:  # the config reads the context (cp.async)
         config, limits, name = rule.get_config(target), gpu_limits(target), type(rule).__name__
         sch = s_tir.Schedule(rule.prepare(func))

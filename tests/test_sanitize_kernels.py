@@ -29,15 +29,13 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from tvm import relax, tirx
+from tvm import tirx
 from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.bundle import runtime
 from tvm_fusion_hw.bundle.writer import _export
 from tvm_fusion_hw.errors import FusionHWError
-from tvm_fusion_hw.frontend import import_onnx
-from tvm_fusion_hw.models import build
 from tvm_fusion_hw.pipeline import fused_module
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
@@ -193,8 +191,7 @@ def test_summarize_log(cpu_bundle, tmp_path):
 def _schedule_log(model, batch):
     """(rule of every kernel, template names, PrimFuncs) from the plugin's pipeline, run afresh."""
     target = hw.target("nvidia-h200")
-    mod = relax.transform.LiftTransformParams()(
-        import_onnx(build(f"corpus:{model}", batch=batch), keep_params_in_input=True))
+    mod = _script().lifted_corpus_module(model, batch)
     pipeline = hw.get_pipeline(target)
     with hw.pass_context(target):
         lowered = pipeline(mod)
@@ -307,8 +304,7 @@ def test_forms_of_runs_a_batch_32_tile_on_the_same_layer_at_batch_1(tmp_path):
     script, target = _script(), hw.target("nvidia-h200")
     logs = {}
     for batch in (32, 1):
-        mod = relax.transform.LiftTransformParams()(
-            import_onnx(build(f"corpus:{MODEL}", batch=batch), keep_params_in_input=True))
+        mod = script.lifted_corpus_module(MODEL, batch)
         pipeline = hw.get_pipeline(target)
         with hw.pass_context(target):
             lowered = pipeline(mod)
