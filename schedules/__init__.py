@@ -11,6 +11,7 @@ takes it. :func:`template_planners` is what the fusion policy is told about the 
 
 from tvm_fusion_hw.plans import KernelPlan
 
+from .attention.rule import Attention
 from .conv_pool.rule import ConvPool
 from .depthwise.rule import DepthwiseConv
 from .dw_pw.rule import DepthwisePointwise
@@ -21,6 +22,6 @@ from .row_reduction.rule import RowReduction
 from .rules import default_rules
 from .window_reduction.rule import WindowReduction
 
-__all__ = ["ConvPool", "DepthwiseConv", "DepthwisePointwise", "ImplicitGemm", "FUSED_PAIR_TEMPLATES",
+__all__ = ["Attention", "ConvPool", "DepthwiseConv", "DepthwisePointwise", "ImplicitGemm", "FUSED_PAIR_TEMPLATES",
            "KernelPlan", "PAIR_TEMPLATES", "RowReduction", "VectorizedElementwise", "WindowReduction",
            "default_rules", "kernel_plan", "template_planners"]

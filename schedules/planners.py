@@ -14,6 +14,7 @@ from tvm.target import Target
 
 from tvm_fusion_hw.plans import KernelPlan, TemplatePlanners, as_plan
 
+from .attention.rule import chain_plan as attention_chain_plan
 from .conv_pool.rule import pair_plan as conv_pool_pair_plan
 from .dw_pw.rule import pair_plan as dw_pw_pair_plan
 from .rules import default_rules
@@ -28,12 +29,19 @@ PAIR_TEMPLATES = MappingProxyType({
     "depthwise_conv->pointwise_conv": lambda producer, consumer, target: as_plan(
         dw_pw_pair_plan(producer, consumer, target), "DepthwisePointwise"),
 })
-#: The pairs the policy considers by default; its ``pair_templates`` knob names others. Each still
+#: Chains of three complex ops ("first->middle->last") a template here runs as one kernel, with
+#: the planner the fusion policy asks (on the three PrimFuncs, unfused): attention's scores, softmax
+#: and ``. V``, fused where every key and value of a head fits the profile's shared memory.
+CHAIN_TEMPLATES = MappingProxyType({
+    "matmul->reduce->matmul": attention_chain_plan,
+})
+#: The pairs (and chains) the policy considers by default; its ``pair_templates`` knob names others. Each still
 #: has to fit the profile, and a pair whose template's model was measured (depthwise_conv->pointwise_conv,
 #: conv->window) also to beat the two kernels apart on the profile's roofline (fusion/pair_cost.py:
 #: the fused depthwise->pointwise kernel measured slower than the two apart on the H200,
 #: bench/results/2026-11-30-h200-dw-pw, so it fuses only where bandwidth is short).
-FUSED_PAIR_TEMPLATES = ("conv->window", "pointwise_conv->window", "depthwise_conv->pointwise_conv")
+FUSED_PAIR_TEMPLATES = ("conv->window", "pointwise_conv->window", "depthwise_conv->pointwise_conv",
+                        "matmul->reduce->matmul")
 
 
 def kernel_plan(func: Optional[tirx.PrimFunc], target: Target,
@@ -59,4 +67,4 @@ def kernel_plan(func: Optional[tirx.PrimFunc], target: Target,
 def template_planners() -> TemplatePlanners:
     """What this package's templates tell the fusion policy (a new, immutable object each call)."""
     return TemplatePlanners(pairs=PAIR_TEMPLATES, fused_by_default=FUSED_PAIR_TEMPLATES,
-                            kernel_plan=kernel_plan)
+                            kernel_plan=kernel_plan, chains=CHAIN_TEMPLATES)

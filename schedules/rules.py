@@ -8,6 +8,7 @@ from tvm.s_tir.dlight.base import ScheduleRule
 
 from tvm_fusion_hw.errors import FusionHWError
 
+from .attention.rule import Attention
 from .conv_pool.rule import ConvPool
 from .depthwise.rule import DepthwiseConv
 from .dw_pw.rule import DepthwisePointwise
@@ -24,7 +25,8 @@ def default_rules() -> List[ScheduleRule]:
     # the policy's pair_templates knob turns that pair on.
     # TiledTranspose last, as it ran on the H200 (bench/results/2026-12-02-h200-corpus-6): it
     # takes only what VectorizedElementwise declines, innermost-axis transposes.
-    return [DepthwisePointwise(), ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(),
+    # Attention only matches fused scores -> softmax -> . V PrimFuncs.
+    return [Attention(), DepthwisePointwise(), ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(),
             WindowReduction(), VectorizedElementwise(), TiledTranspose()]
 
 

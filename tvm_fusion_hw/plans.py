@@ -131,14 +131,20 @@ class TemplatePlanners:
         The pairs of ``pairs`` the policy fuses unless its ``pair_templates`` knob names others.
     kernel_plan : Callable
         ``(func, target) -> KernelPlan | None``: how the templates would run one PrimFunc alone.
+    chains : Mapping[str, Callable]
+        ``"first kind->middle kind->last kind"`` -> a planner ``plan(first, middle, last, target)
+        -> plan | None`` of three complex ops run as one kernel (attention: ``matmul->reduce->matmul``);
+        the policy considers those of them ``fused_by_default`` (or its ``pair_templates`` knob) names.
     """
 
     pairs: Mapping[str, Callable] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     fused_by_default: Tuple[str, ...] = ()
     kernel_plan: Callable[[tirx.PrimFunc, Target], Optional[KernelPlan]] = _no_kernel_plan
+    chains: Mapping[str, Callable] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self):
         object.__setattr__(self, "pairs", MappingProxyType(dict(self.pairs)))
+        object.__setattr__(self, "chains", MappingProxyType(dict(self.chains)))
         object.__setattr__(self, "fused_by_default", tuple(self.fused_by_default))
 
 

@@ -7,7 +7,9 @@ The phases, each a walk over the graph that proposes merges to :class:`FusionPol
    the element-wise ops that consume its output, one at a time, while the policy agrees; also
    ops TVM annotates injective when the TIR shows them element-wise in that output (inference
    batch_norm), which stock FuseOps stops at.
-2. Complex pairs: a group anchored by a complex op whose whole output feeds one other complex
+2. Attention: a matmul group whose whole output feeds a softmax whose whole output feeds another
+   matmul merges with both where the policy finds a template's one-kernel plan fits. Then complex
+   pairs: a group anchored by a complex op whose whole output feeds one other complex
    group (conv -> pool, depthwise -> pointwise) merges with it where the policy finds the
    intermediate tile fits and occupancy holds, and a schedule template takes the pair. Stock TVM
    never does this.
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Set
 
-from .analysis import CONTRACTIONS, ROW_REDUCE, GraphCosts, describe, tensor_elements
+from .analysis import CONTRACTIONS, MATMUL, ROW_REDUCE, GraphCosts, describe, tensor_elements
 from .decisions import Decision
 from .graph import BROADCAST, INJECTIVE, OPAQUE, DataflowGraph
 from .group_view import GroupView
@@ -110,6 +112,7 @@ class Partition:
     def run(self) -> "Partition":
         self._attach_projections()
         self._epilogues()
+        self._attention()
         self._complex_pairs()
         self._chains()
         self._epilogues()  # phase 4: fan-out chains formed in phase 3
@@ -154,6 +157,42 @@ class Partition:
         args = list(consumer.call.args[1].fields)
         return any(args[k] in produced for k in info.pointwise_inputs) and all(
             arg not in produced for k, arg in enumerate(args) if k not in info.pointwise_inputs)
+
+    def _attention(self) -> None:
+        for node in self.graph.nodes:
+            gid = self.group_of[node.index]
+            if self.costs.node_info[node.index].kind != MATMUL or node.index != min(self.members[gid]):
+                continue
+            softmax = self.consumer_group(gid)
+            if softmax is None or not self._is_reduction_group(softmax):
+                continue
+            output = self.consumer_group(softmax)
+            if output is not None and self._anchor_kind(output) == MATMUL:
+                self.propose_chain(gid, softmax, output)
+
+    def _anchor_kind(self, gid: int) -> Optional[str]:
+        infos = [self.costs.node_info[i] for i in self.members[gid] if self.costs.node_info[i].is_complex]
+        return max(infos, key=lambda i: i.flops).kind if infos else None
+
+    def propose_chain(self, first: int, middle: int, last: int) -> bool:
+        """Ask the policy about merging three groups (attention's) into ``last``; merge if yes."""
+        question = (tuple(self.members[first]), tuple(self.members[middle]), tuple(self.members[last]))
+        if question in self._asked:
+            return False
+        self._asked.add(question)
+        producer = sorted(self.members[first] + self.members[middle])
+        merged = sorted(producer + self.members[last])
+        views = [self.view(self.members[g]) for g in (first, middle, last)]
+        decision = self.policy.feedback_split(self.view(producer), views[2], self.view(merged),
+                                              self.op_names(merged)) if self.policy.config.split_groups else None
+        decision = decision or self.policy.attention_chain(*views, self.view(producer), self.view(merged))
+        self.decisions.append(decision)
+        if decision.fused:
+            for gid in (first, middle):
+                for i in self.members.pop(gid):
+                    self.group_of[i] = last
+            self.members[last] = merged
+        return decision.fused
 
     def _complex_pairs(self) -> None:
         for node in self.graph.nodes:

@@ -17,7 +17,8 @@ from ../shared/fusion-rules.md:
    (:mod:`tvm_fusion_hw.plans`: threads, registers and shared memory per block, against the unfused
    parts as their templates plan them), else the policy's tile model (the intermediate tile in
    shared memory). A pair that does not fit is staged: two kernels, one global round trip. This
-   rule lives in :mod:`.pair_rule`; :meth:`FusionPolicy.complex_pair` hands pairs to it.
+   rule lives in :mod:`.pair_rule`; :meth:`FusionPolicy.complex_pair` hands pairs to it. Attention's
+   three complex ops (scores, softmax, ``. V``) are decided alike by :mod:`.chain_rule`.
 4. Feedback: a group that measured badly when built (it spilled, or lost more than
    ``max_occupancy_drop`` of its parts' occupancy; see :mod:`tvm_fusion_hw.feedback`) is listed in
    :attr:`PolicyConfig.split_groups`, and no group may then hold more than half of its ops.
@@ -40,6 +41,7 @@ from tvm_fusion_hw.hardware.profile import HardwareProfile
 from tvm_fusion_hw.plans import NO_TEMPLATES, TemplatePlanners
 
 from .analysis import CONTRACTIONS, ELEMENTWISE, PROJECTION, WINDOW_REDUCE, FuncInfo
+from .chain_rule import AttentionChainRule
 from .decisions import Decision
 from .group_view import GroupView
 from .memo import ExactIRMemo
@@ -150,6 +152,7 @@ class FusionPolicy:
         self.register_budget = register_budget(profile, self.config.target_occupancy)
         # rule 3; ``memo`` remembers the templates' plans for the same PrimFuncs (.memo)
         self.pairs = ComplexPairRule(profile, self.config, planners, self.estimate_registers, memo)
+        self.chains = AttentionChainRule(self.pairs)  # rule 3 for attention's three complex ops
         self.depth_cap = min(
             self.config.max_depth,
             max(1, (self.register_budget - self.config.base_registers) // self.config.registers_per_fused_op),
@@ -262,6 +265,12 @@ class FusionPolicy:
         """Two complex ops in one kernel, run by a schedule template that takes the pair (rule 3:
         :class:`~.pair_policy.ComplexPairRule` decides)."""
         return self.pairs.decide(producer, consumer, merged, self._figures(merged))
+
+    def attention_chain(self, scores: GroupView, softmax: GroupView, output: GroupView,
+                        producer: GroupView, merged: GroupView) -> Decision:
+        """Attention's scores, softmax and ``. V`` in one kernel (rule 3 for three complex ops:
+        :class:`~.chain_rule.AttentionChainRule` decides); ``producer`` is the first two merged."""
+        return self.chains.decide(scores, softmax, output, producer, merged, self._figures(merged))
 
     def feedback_split(self, producer: GroupView, consumer: GroupView, merged: GroupView,
                        op_names: Sequence[str]) -> Optional[Decision]:
