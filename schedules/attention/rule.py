@@ -42,6 +42,8 @@ from .tiles import AttentionConfig, AttentionProblem, AttentionTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV
 SCOPE = "shared.dyn"
+#: loads a thread issues before it stores the first of them, staging Q, K and V
+LOADS_IN_FLIGHT = 8
 
 
 class Attention(TiledScheduleRule):
@@ -280,9 +282,14 @@ def _schedule(sch: s_tir.Schedule, tile: AttentionTile, scores: SBlockRV, rows: 
     values = sch.cache_read(output, 1, scope)
     sch.compute_at(values, head)
     for block in staged + [values]:
+        # unrolled, so that a thread has several loads in flight (a loop of one load each waits
+        # for each: 100 KiB of keys and values then take a block tens of microseconds)
         fused = sch.fuse(*sch.get_loops(block)[1:])
-        _, y, x = sch.split(fused, [None, warps, lanes])
+        elements = int(sch.get(fused).extent)
+        depth = max(1, min(LOADS_IN_FLIGHT, elements // (warps * lanes)))
+        _, unrolled, y, x = sch.split(fused, [None, depth, warps, lanes])
         threads(y, x)
+        sch.unroll(unrolled)
     sch.decompose_reduction(scores, sch.get_loops(scores)[-3])
     sch.decompose_reduction(output, sch.get_loops(output)[-3])
 

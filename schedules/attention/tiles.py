@@ -14,7 +14,9 @@ the largest phase is the block's need. Every key and value row of the head is on
 is what must fit the profile's shared memory per block, and where it does not the policy keeps the
 three kernels.
 
-Time: each phase is issue-bound on shared-memory loads or FMAs (``R + JC`` loads per ``R x JC``
+Time: the larger of two bounds a wave. Each block stages its query rows and every key and value
+of its head (``(TQ + Lk) x (D + Dv)`` elements), at an SM's share of the DRAM bandwidth: small query
+tiles restage the keys and values often. And each phase is issue-bound on shared-memory loads or FMAs (``R + JC`` loads per ``R x JC``
 FMAs a lane and head dim, a shared load taking the issue slots of 4 FMAs), the grid in waves of
 the blocks that fit an SM at once.
 """
@@ -52,7 +54,7 @@ class AttentionConfig:
         Tiles tried before giving up.
     """
 
-    query_rows: tuple = (16, 32, 64)
+    query_rows: tuple = (8, 16, 32, 64)
     warps: tuple = (4, 8)
     max_accumulators: int = 64
     register_overhead: int = 40
@@ -88,6 +90,8 @@ class AttentionTile:
     registers_estimate: int
     blocks: int
     time_s: float
+    compute_s: float = 0.0  # the issue bound of time_s
+    dram_s: float = 0.0  # the staging bound of time_s
     shared_scope: str = "shared.dyn"
 
     @property
@@ -100,7 +104,8 @@ class AttentionTile:
 
     def summary(self) -> str:
         return (f"{self.query_rows} query rows a block, {self.warps} warps x {self.rows_per_warp} rows, "
-                f"every key and value of the head on chip ({self.shared_bytes} B shared)")
+                f"every key and value of the head on chip ({self.shared_bytes} B shared), {self.blocks} blocks, "
+                f"model {self.time_s * 1e6:.1f} us")
 
 
 def shared_bytes(problem: AttentionProblem, query_rows: int) -> int:
@@ -145,11 +150,18 @@ def rank_tiles(problem: AttentionProblem, limits: GPULimits, config: AttentionCo
             loads = (query_rows * problem.head_dim + problem.keys * (problem.head_dim + problem.value_dim)) \
                 / lanes * 2 * LOADS_PER_FMA_ISSUE
             per_block = scores + output + softmax + loads
+            # every block stages its query rows and all of its head's keys and values: at best at
+            # an SM's share of the DRAM bandwidth (the profile's figure; L2 hits only do better)
+            staged_bytes = (query_rows * (problem.head_dim + problem.value_dim)
+                            + problem.keys * (problem.head_dim + problem.value_dim)) * problem.element_bytes
             multiprocessors = profile.multiprocessor_count
             resident = occ.blocks_per_multiprocessor if fits else 1
             waves = math.ceil(blocks / (multiprocessors * resident))
-            # an SM's resident blocks share its issue rate
+            # an SM's resident blocks share its issue rate and its share of the bandwidth
             per_sm = min(resident, math.ceil(blocks / multiprocessors))
-            time_s = waves * per_sm * per_block * multiprocessors / limits.warp_instructions_per_s
-            tiles.append(AttentionTile(query_rows, warps, lanes, smem, registers, blocks, time_s))
+            issue_s = per_sm * per_block * multiprocessors / limits.warp_instructions_per_s
+            staging_s = per_sm * staged_bytes * multiprocessors / profile.dram_bytes_per_s
+            time_s = waves * max(issue_s, staging_s)
+            tiles.append(AttentionTile(query_rows, warps, lanes, smem, registers, blocks, time_s,
+                                       waves * issue_s, waves * staging_s))
     return sorted(tiles, key=lambda t: (t.time_s, -t.query_rows))
