@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Time one GEMM kernel under several tiles on a GPU: how the ImplicitGemm cost model is checked.
+"""Time one GEMM kernel under several tiles on a GPU: how the ImplicitGemm cost model is checked
+(``build --rule NAME``: another template's ranked tiles, e.g. Attention's).
 
 Two halves, like the benchmark bundle:
 
@@ -177,29 +178,40 @@ def _configured_tiles(func, target, top: int, configs):
     return problem, chosen
 
 
-def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(), runtime: bool = False) -> None:
-    """Build every case's schedules into ``out`` (with ``runtime``, also what the GPU box needs)."""
+def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(), runtime: bool = False,
+          rule_name: str = "ImplicitGemm") -> None:
+    """Build every case's schedules into ``out`` (with ``runtime``, also what the GPU box needs).
+    ``rule_name``: another template's ranked tiles (its ``top`` best; no GEMM neighbours, no dlight
+    reference: the first tile's output is the reference)."""
     # pylint: disable=import-outside-toplevel
     import tvm
     from tvm.s_tir import dlight as dl
 
     import tvm_fusion_hw as hw
     from tvm_fusion_hw.bundle.writer import _cuda_source
+    from tvm_fusion_hw.schedules.base.limits import gpu_limits
     from tvm_fusion_hw.schedules.gemm.rule import ImplicitGemm
+    from tvm_fusion_hw.schedules.rules import rules_named
 
     target = hw.target(profile)
     out.mkdir(parents=True, exist_ok=True)
-    rule, entries, modules, sources = ImplicitGemm(), [], {}, {}
+    gemm = rule_name == "ImplicitGemm"
+    rule = ImplicitGemm() if gemm else rules_named([rule_name])[0]
+    entries, modules, sources = [], {}, {}
     # every case's PrimFunc first: a misnamed kernel fails before minutes of builds
     funcs = [(case, *_case_func(case, target, modules)) for case in cases]
     for case, func, stem in funcs:
         with hw.pass_context(target):  # ranks cp.async tiles as a build does
-            if configs:
+            if not gemm:
+                with target:
+                    problem = rule.schedule_best(func, target)[0]
+                named = [("", t) for t in rule.rank(problem, gpu_limits(target), rule.get_config(target))[:top]]
+            elif configs:
                 problem, named = _configured_tiles(func, target, top, configs)
             else:
                 problem, tiles = _tiles_to_try(rule, func, target, top, tile_changes)
                 named = [("", tile) for tile in tiles]
-        schedules = [("dlight", "", None, dl.gpu.Matmul().apply(func, target, False))]
+        schedules = [("dlight", "", None, dl.gpu.Matmul().apply(func, target, False))] if gemm else []
         for i, (config, tile) in enumerate(named):
             with target:
                 sch = (_ConfiguredGemm(CONFIGS[config]) if config else rule).schedule_tile(func, target, tile)
@@ -223,6 +235,7 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(),
                 sources[lib.name] = code
             variants.append({"name": name, "config": config, "file": lib.name,
                              "tile": dataclasses.asdict(tile) if tile is not None else None,
+                             "summary": tile.summary() if tile is not None else "dlight",
                              # the runner's cache key: cubin/<key>.bin.xz with --runtime
                              "cubin_key": hashlib.sha256((str(target.attrs["arch"]) + code).encode()).hexdigest()
                              if code else None})
@@ -230,7 +243,7 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(),
         entries.append({"case": case, "problem": dataclasses.asdict(problem), "flops": problem.flops,
                         "args": [[[int(d) for d in p.ty.shape], str(p.ty.dtype)] for p in func.params],
                         "variants": variants})
-    sweep = {"profile": profile, "configs": {name: CONFIGS[name] for name in configs}, "cases": entries}
+    sweep = {"profile": profile, "rule": rule_name, "configs": {name: CONFIGS[name] for name in configs}, "cases": entries}
     (out / "sweep.json").write_text(json.dumps(sweep, indent=1, default=list))
     if runtime:
         _write_runtime(out, sources, str(target.attrs["arch"]))
@@ -296,6 +309,10 @@ def run(bundle: Path, sweep: Path, out: Path, repeat: int) -> None:
             flops = case.get("flops") or 2 * np.prod([case["problem"][f] for f in ("batch", "rows", "cols", "depth")])
             variant["tflops"] = float(flops) / (variant["us"] * 1e-6) / 1e12
             tile = variant["tile"] or {}
+            if tile and "thread_rows" not in tile:  # another template's tile: its own words
+                print(f"{case['case']:44s} {variant['name']:9s} {variant['us']:9.1f} us {variant['tflops']:6.2f} TFLOP/s  "
+                      f"err {variant['rel_err']:.1e}  {variant['summary']}", flush=True)
+                continue
             desc = ("{thread_rows}x{thread_cols} threads, {micro_rows}x{micro_cols} per thread, "
                     "BK {depth_step}, split {split_k}, prefetch {prefetch}, model {time_s:.2e} s".format(**tile) if tile else "dlight")
             if tile and tile.get("vector_width", 1) > 1:
@@ -324,6 +341,15 @@ def _new_form_words(tile) -> str:
 
 def write_markdown(results, path: Path) -> None:
     """One table per case: each schedule's tile, modelled and measured time."""
+    if results.get("rule", "ImplicitGemm") != "ImplicitGemm":
+        lines = [f"# {results['rule']} tile sweep", "", "Each kernel alone (time_evaluator median, warm L2); "
+                 "rel err against the first tile.", "", "| case | tile | measured (us) | TFLOP/s | rel err |",
+                 "| --- | --- | ---: | ---: | ---: |"]
+        lines += [f"| {c['case']} | {v['summary']} | " + (f"{v['us']:.1f} | {v['tflops']:.2f} | {v['rel_err']:.1e} |"
+                                                          if "us" in v else f"failed: {v.get('error', '?')} | | |")
+                  for c in results["cases"] for v in c["variants"]]
+        path.write_text("\n".join(lines) + "\n")
+        return
     lines = ["# ImplicitGemm tile sweep", "",
              "Each kernel alone (time_evaluator median, warm L2). `model`: the cost model's time when "
              "the sweep was built. `dlight`: dlight's Matmul schedule of the same PrimFunc.", ""]
@@ -384,6 +410,8 @@ def main(argv=None) -> int:
                         "(e.g. unroll_explicit=false, depth_step=16); repeatable")
     b.add_argument("--configs", nargs="+", default=[], choices=sorted(CONFIGS),
                    help="build each named GemmConfig form's best (and --top) tiles instead of the neighbours")
+    b.add_argument("--rule", default="ImplicitGemm",
+                   help="the template whose ranked tiles to build (default ImplicitGemm; e.g. Attention)")
     b.add_argument("--runtime", action="store_true",
                    help="also write the runtime-only TVM, the runner and precompiled cubins into --out")
     r = sub.add_parser("run", help="time the built tiles on a GPU")
@@ -394,7 +422,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.command == "build":
         build(args.out, args.cases, args.top, args.profile, [_tile_change(c) for c in args.tile_change],
-              args.configs, args.runtime)
+              args.configs, args.runtime, args.rule)
     else:
         run(args.bundle, args.sweep, args.out, args.repeat)
     return 0

@@ -46,6 +46,8 @@ class AttentionConfig:
         Warps per block to try.
     max_accumulators : int
         Most scores a lane may hold in registers (``R x JC``).
+    max_rows_per_warp : int
+        Most query rows a warp owns (``R``).
     register_overhead : int
         Registers besides the accumulators (addresses, loop counters, the softmax's values).
     max_threads : int, optional
@@ -57,6 +59,7 @@ class AttentionConfig:
     query_rows: tuple = (8, 16, 32, 64)
     warps: tuple = (4, 8)
     max_accumulators: int = 64
+    max_rows_per_warp: int = 8
     register_overhead: int = 40
     max_threads: Optional[int] = None
     max_attempts: int = 3
@@ -129,8 +132,10 @@ def rank_tiles(problem: AttentionProblem, limits: GPULimits, config: AttentionCo
     for query_rows in config.query_rows:
         for warps in config.warps:
             rows = query_rows // warps
-            if rows < 1 or query_rows % warps or warps * lanes > max_threads:
+            if rows < 1 or query_rows % warps or warps * lanes > max_threads or rows > config.max_rows_per_warp:
                 continue
+            if query_rows > problem.queries and query_rows > min(config.query_rows):
+                continue  # a tile past the last query (memcheck: its rows read past TVM's compacted buffers)
             if rows * key_columns > config.max_accumulators:
                 continue
             smem = shared_bytes(problem, query_rows)
