@@ -10,7 +10,9 @@ d] * B[b.., d, j]``; the last a contraction ``O[b.., i, e] += P[b.., i, j] * V[b
 same leading axes; between them element-wise blocks over ``S``'s shape (scale, mask, exp; inlined
 into their readers) and row reductions over ``j`` (the softmax's max and sum), and the one block
 ``P`` that the last contraction reads; after it, element-wise blocks that inline into it. Anything
-else returns None.
+else returns None, and so do keys a lane cannot read as float4 vectors (a head's keys not a
+multiple of 128: ViT's 197 tokens, Swin's 49-token windows), whose kernel measured slower than the
+three kernels apart.
 
 Structure (:mod:`.tiles` sizes it): a block per ``TQ`` query rows of one head, ``W`` warps of
 ``R`` rows each. The block loads its query tile and every key of the head into shared memory; each
@@ -38,7 +40,7 @@ from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import mac_operands
 from tvm_fusion_hw.schedules.base.vector_lanes import dtype_bytes
 
-from .tiles import AttentionConfig, AttentionProblem, AttentionTile, rank_tiles
+from .tiles import AttentionConfig, AttentionProblem, AttentionTile, keys_vectorize, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV
 SCOPE = "shared.dyn"
@@ -58,9 +60,12 @@ class Attention(TiledScheduleRule):
         return target.kind.name == "cuda"
 
     @staticmethod
-    def match(sch: s_tir.Schedule, config, limits):  # pylint: disable=unused-argument
+    def match(sch: s_tir.Schedule, config, limits):
         """``(problem, scores, rows, probabilities, output)``, the surroundings inlined; or None."""
-        return _match(sch)
+        matched = _match(sch)
+        if matched is None or not keys_vectorize(matched[0], limits.profile.warp_size, config):
+            return None
+        return matched
 
     @staticmethod
     def rank(problem: AttentionProblem, limits: GPULimits, config) -> Sequence[AttentionTile]:
@@ -84,14 +89,17 @@ class Attention(TiledScheduleRule):
 def chain_plan(scores: tirx.PrimFunc, softmax: tirx.PrimFunc, output: tirx.PrimFunc,
                target: Target) -> Optional[KernelPlan]:
     """The plan this rule would run ``scores -> softmax -> output`` with on ``target`` (the three
-    PrimFuncs unfused, as the fusion policy sees them), or None when it would not take them. Where
-    no tile fits the target's shared memory, the tile that needs the least: the policy says so."""
+    PrimFuncs unfused, as the fusion policy sees them), or None when it would not take them (not
+    CUDA; keys not a multiple of ``lanes x key_vector``). Where no tile fits the target's shared
+    memory, the tile that needs the least: the policy says so."""
     if target.kind.name != "cuda":
         return None  # TVM 0.27's AMDGPU codegen cannot synchronise shared.dyn ("Do not support sync")
     problem = chain_problem(scores, softmax, output)
     if problem is None:
         return None
     limits, config = gpu_limits(target), Attention().get_config(target)
+    if not keys_vectorize(problem, limits.profile.warp_size, config):
+        return None
     tiles = rank_tiles(problem, limits, config) or sorted(
         rank_tiles(problem, limits, config, fit=False), key=lambda t: t.shared_bytes)
     return as_plan(tiles[0], "Attention") if tiles else None

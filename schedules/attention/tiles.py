@@ -47,7 +47,13 @@ class AttentionConfig:
     max_accumulators : int
         Most scores a lane may hold in registers (``R x JC``).
     max_rows_per_warp : int
-        Most query rows a warp owns (``R``).
+        Most query rows a warp owns (``R``). Warps of 1-2 rows, 8 a block, measured fastest on an
+        H200 for every shape swept (bench/results/2026-12-03-h200-attention); 4-8 rows a warp up to
+        3x slower: a warp's long dependent FMA chains, too few warps to hide them.
+    key_vector : int
+        A lane's consecutive keys are read as vectors of this many (float4): the keys of a head
+        must be a multiple of ``lanes x key_vector`` (the template declines other lengths: read a
+        float at a time, its kernel measured slower than the three kernels apart).
     register_overhead : int
         Registers besides the accumulators (addresses, loop counters, the softmax's values).
     max_threads : int, optional
@@ -56,10 +62,11 @@ class AttentionConfig:
         Tiles tried before giving up.
     """
 
-    query_rows: tuple = (8, 16, 32, 64)
-    warps: tuple = (4, 8)
+    query_rows: tuple = (8, 16, 32)
+    warps: tuple = (8,)
     max_accumulators: int = 64
-    max_rows_per_warp: int = 8
+    max_rows_per_warp: int = 2
+    key_vector: int = 4
     register_overhead: int = 40
     max_threads: Optional[int] = None
     max_attempts: int = 3
@@ -118,6 +125,11 @@ def shared_bytes(problem: AttentionProblem, query_rows: int) -> int:
     return max(phases) * problem.element_bytes
 
 
+def keys_vectorize(problem: AttentionProblem, lanes: int, config: AttentionConfig) -> bool:
+    """Whether each lane's keys are whole ``key_vector``-wide vectors (see :class:`AttentionConfig`)."""
+    return problem.keys % (lanes * config.key_vector) == 0
+
+
 def rank_tiles(problem: AttentionProblem, limits: GPULimits, config: AttentionConfig,
                fit: bool = True) -> List[AttentionTile]:
     """The tiles that fit ``limits``, fastest first by the model of the module docstring;
@@ -125,6 +137,8 @@ def rank_tiles(problem: AttentionProblem, limits: GPULimits, config: AttentionCo
     block an SM), so that a policy can say how much the kernel would need."""
     profile = limits.profile
     lanes = profile.warp_size
+    if not keys_vectorize(problem, lanes, config):
+        return []
     key_columns = math.ceil(problem.keys / lanes)
     value_columns = math.ceil(problem.value_dim / lanes)
     max_threads = min(profile.max_threads_per_block, config.max_threads or profile.max_threads_per_block)

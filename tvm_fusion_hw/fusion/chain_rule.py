@@ -64,8 +64,8 @@ class AttentionChainRule:
         plan = rule.memo.get(("chain", entry, target_key(target)), tuple(funcs),
                              lambda: as_plan(entry(*funcs, target), "Attention"))
         if plan is None:
-            return decision(False, f"the attention template gives no plan for it on {target.kind.name} "
-                                   "(not its pattern, or not a target it builds for): three kernels")
+            return decision(False, f"the attention template does not take it on {target.kind.name} (it takes "
+                                   "CUDA, and keys a lane reads in float4 columns): three kernels")
         fused = occupancy(p, plan.threads_per_block, plan.registers_per_thread,
                           min(plan.shared_bytes, p.shared_memory_bytes_per_block))
         round_trip = merged.cost.saved_bytes - sum(g.cost.saved_bytes for g in (scores, softmax, output))
