@@ -9,7 +9,9 @@ CPU only. Checked:
 - the fusion pass groups ``matmul -> (scale, mask) -> softmax -> matmul`` into one kernel on the
   H200 (stock FuseOps makes three), keeps three kernels where the keys and values of a head do
   not fit the profile's shared memory per block (384 keys on an RTX 4090's 99 KiB), and says so
-  with the figure; on ROCm, where the template does not build, it keeps three; and for keys a lane
+  with the figure; keeps three kernels where its grid takes more than one wave (BERT's 12 heads at
+  batch 32 on the H200; at batch 1 on an RTX 3060's 28 SMs, where the H200's 132 take it in one);
+  on ROCm, where the template does not build, it keeps three; and for keys a lane
   cannot read as float4 (ViT's 197 tokens, Swin's 49) it keeps three and says why;
 - the rule declines a plain matmul, a softmax alone, such keys and ROCm targets.
 """
@@ -153,6 +155,28 @@ def test_fusion_follows_the_profiles_shared_memory():
     assert not on_rtx.fused and on_rtx.staged and rtx_kernels == 3
     assert on_rtx.figures["plan_shared_bytes"] > 99 * 1024 == on_rtx.figures["shared_bytes_per_block_limit"]
     assert "99 KiB shared memory per block" in on_rtx.reason
+
+
+def _fuse(profile, **shape):
+    target = hw.target(profile)
+    fuse = hw.fusion_pass(target)
+    with hw.pass_context(target):
+        fused = fused_module(attention_module(**shape), target, fuse)
+    return _decision(fuse), len(kernel_names(fused))
+
+
+def test_a_grid_of_several_waves_stays_three_kernels():
+    bert = dict(heads=12, tokens=128, head_dim=64, masked=True)
+    on_h200, kernels = _fuse(H200, batch=1, **bert)
+    assert on_h200.fused and kernels == 1
+    assert on_h200.figures["plan_blocks"] <= on_h200.figures["blocks_per_wave"]
+    busy, kernels = _fuse(H200, batch=32, **bert)
+    assert not busy.fused and kernels == 3 and "waves" in busy.reason
+    assert busy.figures["plan_blocks"] > busy.figures["blocks_per_wave"]
+    # the same batch-1 grid on 28 SMs: more than one wave (the profile's SM count decides)
+    on_3060, kernels = _fuse("nvidia-rtx-3060", batch=1, **bert)
+    assert not on_3060.fused and kernels == 3
+    assert on_3060.figures["blocks_per_wave"] < on_3060.figures["plan_blocks"] <= on_h200.figures["blocks_per_wave"]
 
 
 def test_rocm_keeps_three_kernels():

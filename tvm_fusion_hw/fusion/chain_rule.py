@@ -5,8 +5,13 @@ matrix (``Lq x Lk`` per head) goes to global memory, the softmax reads it and wr
 probabilities, and ``. V`` reads those. :class:`AttentionChainRule` merges the three groups where a
 schedule template plans one kernel for them (the policy's ``TemplatePlanners.chains``) and that
 plan fits the profile: its shared memory per block (the template keeps every key and value row of
-a head on chip, so this is the figure that differs between GPUs), its registers per thread, and at
-least one resident block per SM. Every refusal says which figure decided; a chain that does not fit
+a head on chip), its registers per thread, at least one resident block per SM, and its grid in one
+wave (the profile's SMs times the blocks one SM holds). The fused kernel restages every key and
+value of a head per query tile: where the grid takes several waves, the work is throughput-bound
+and the three kernels (two GEMMs at their own tiles) ran faster; in one wave it is latency-bound,
+and saving two launches and the scores' round trip won (both measured on an H200 on five corpus
+models at batch 32 and 1: bench/results/2026-12-03-h200-attention). So the decision follows the
+SM count and what one SM holds. Every refusal says which figure decided; a chain that does not fit
 stays three kernels, the scores staged through global memory.
 """
 
@@ -94,6 +99,13 @@ class AttentionChainRule:
         if fused.blocks_per_multiprocessor < 1:
             return decision(False, f"staged: {planned} fits no block on an SM ({fused.limiter}){staged}",
                             staged=True)
-        return decision(True, f"one kernel, {planned} fits {p.shared_memory_bytes_per_block / 1024:.0f} KiB "
-                              f"shared/block, occupancy {fused}; keeps the scores on chip: saves "
-                              f"{round_trip / 1e6:.2f} MB")
+        wave = p.multiprocessor_count * fused.blocks_per_multiprocessor
+        figures.update({"plan_waves": -(-plan.blocks // wave) if plan.blocks else 0, "blocks_per_wave": wave})
+        fits = (f"{planned} fits {p.shared_memory_bytes_per_block / 1024:.0f} KiB shared/block, occupancy {fused}")
+        if plan.blocks > wave:
+            return decision(False, f"apart: {fits}, but its {plan.blocks} blocks take "
+                                   f"{figures['plan_waves']} waves of {wave} ({p.multiprocessor_count} SMs x "
+                                   f"{fused.blocks_per_multiprocessor}): a grid that busy runs the three kernels "
+                                   f"faster{staged}")
+        return decision(True, f"one kernel, {fits}; its {plan.blocks} blocks run in one wave of {wave}; keeps the "
+                              f"scores on chip: saves {round_trip / 1e6:.2f} MB")
