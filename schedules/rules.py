@@ -26,7 +26,7 @@ def default_rules() -> List[ScheduleRule]:
     # TiledTranspose last, as it ran on the H200 (bench/results/2026-12-02-h200-corpus-6): it
     # takes only what VectorizedElementwise declines, innermost-axis transposes.
     # Attention only matches fused scores -> softmax -> . V PrimFuncs.
-    return [Attention(), DepthwisePointwise(), ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(),
+    return [DepthwisePointwise(), Attention(), ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(),
             WindowReduction(), VectorizedElementwise(), TiledTranspose()]
 
 

@@ -13,7 +13,8 @@ CPU only. Checked:
   batch 32 on the H200; at batch 1 on an RTX 3060's 28 SMs, where the H200's 132 take it in one);
   on ROCm, where the template does not build, it keeps three; and for keys a lane
   cannot read as float4 (ViT's 197 tokens, Swin's 49) it keeps three and says why;
-- the rule declines a plain matmul, a softmax alone, such keys and ROCm targets.
+- the rule declines a plain matmul, a softmax alone, such keys and ROCm targets; a pipeline
+  without the template builds the chain as three kernels (not the fused one on dlight).
 """
 
 import numpy as np
@@ -229,3 +230,18 @@ def _attention_pattern():
     from tvm.relax.dpl import is_op, wildcard  # pylint: disable=import-outside-toplevel
     scores = is_op("relax.matmul")(wildcard(), wildcard())
     return is_op("relax.matmul")(is_op("relax.nn.softmax")(scores), wildcard())
+
+
+def test_without_its_template_the_chain_is_built_apart():
+    """A pipeline whose schedule list lacks the Attention template does not leave the fused kernel
+    to dlight: the chain is refused and rebuilt as three kernels, the reason recorded."""
+    from tvm_fusion_hw.schedules import RowReduction  # pylint: disable=import-outside-toplevel
+
+    target = hw.target(H200)
+    pipeline = hw.get_pipeline(target, schedules=[RowReduction()])
+    with hw.pass_context(target):
+        tvm.compile(attention_module(**SHAPES["bert-masked"]), target=target, relax_pipeline=pipeline)
+    decision = _decision(pipeline.fuse_pass)
+    assert not decision.fused and decision.staged and "no schedule template of the pipeline" in decision.reason
+    rules = pipeline.schedule_pass.log.rules
+    assert "softmax" in rules and rules["softmax"] == "RowReduction"

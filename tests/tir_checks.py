@@ -18,6 +18,7 @@ from tvm_fusion_hw.feedback.kernel_resources import measure_cuda_source
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.models import build, example_inputs
 from tvm_fusion_hw.pipeline import fused_module
+from tvm_fusion_hw.schedules import FUSED_PAIR_TEMPLATES
 
 LLVM = tvm.target.Target({"kind": "llvm"})
 
@@ -27,11 +28,18 @@ def prim_funcs(mod):
     return {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
 
 
-def fused_funcs(model, batch, target, fuse=None):
+def fused_funcs(model, batch, target, fuse=None, attention=True):
     """{name: PrimFunc} of zoo ``model`` fused for ``target`` (by ``fuse``, else our pass with its
-    defaults), before scheduling: one PrimFunc per kernel."""
+    defaults), before scheduling: one PrimFunc per kernel. ``attention=False``: without the attention
+    chain, for tests of the softmax and batched-matmul kernels it would fuse into one."""
     mod = import_onnx(build(model, batch=batch), keep_params_in_input=True)
+    if fuse is None and not attention:
+        fuse = hw.fusion_pass(target, pair_templates=WITHOUT_ATTENTION)
     return prim_funcs(fused_module(mod, target, fuse or hw.fusion_pass(target)))
+
+
+#: the default pair templates but attention's chain
+WITHOUT_ATTENTION = tuple(p for p in FUSED_PAIR_TEMPLATES if p != "matmul->reduce->matmul")
 
 
 def fused_graph(shape, body, target_name="nvidia-h200", extra=()):

@@ -121,7 +121,8 @@ def get_pipeline(
         How a template's kernel is checked before it is accepted (see
         :class:`~tvm_fusion_hw.guarded_schedule.GuardedSchedule`): ``"build"`` (default), ``"device"``
         (also nvcc, where installed) or ``"none"``. A kernel that fails goes to the next rule, and
-        a complex pair whose fused kernel its template cannot schedule is fused again apart
+        a complex pair whose fused kernel its template cannot schedule (or no rule of ``schedules``
+        takes) is fused again apart
         (staged). The returned pipeline's ``schedule_pass.log`` lists every such fallback.
     **knobs
         Keywords of :class:`tvm_fusion_hw.PolicyConfig`, passed to the fusion pass.
@@ -171,15 +172,21 @@ _MAX_PAIR_RETRIES = 3
 
 
 def unscheduled_pairs(report, schedule: GuardedSchedule) -> Tuple[PairRefusal, ...]:
-    """The fused complex pairs of ``report`` whose kernel a template failed to schedule (the
-    schedule's log shows a fallback on it and no template took it): each as a refusal, the failure
-    its reason."""
+    """The fused complex pairs (and attention chains) of ``report`` whose kernel no template
+    scheduled: a template failed on it (the schedule's log shows the fallback), or none of the
+    pipeline's templates took it (a ``schedules=`` list without the pair's template: dlight's rules
+    would run the fused kernel untiled). Each as a refusal, the failure its reason."""
     log, templates = schedule.log, {type(r).__name__ for r in schedule.templates}
+    reasons = {f.kernel: f"the {f.rule} template failed on the fused kernel {f.kernel} at {f.stage} ({f.error})"
+               for f in log.fallbacks if log.rules.get(f.kernel) not in templates}
+    for group in report.groups:
+        rule = log.rules.get(group.kernel)
+        if group.kernel not in reasons and rule is not None and rule not in templates:
+            reasons[group.kernel] = f"no schedule template of the pipeline took the fused kernel {group.kernel} " \
+                                    f"(dlight's {rule} would run it)"
     refused = []
-    for fallback in log.fallbacks:
-        if log.rules.get(fallback.kernel) in templates:
-            continue  # another template took the kernel
-        group = next((g for g in report.groups if g.kernel == fallback.kernel), None)
+    for kernel, reason in reasons.items():
+        group = next((g for g in report.groups if g.kernel == kernel), None)
         if group is None:
             continue
         ops = set(group.ops)
@@ -188,9 +195,7 @@ def unscheduled_pairs(report, schedule: GuardedSchedule) -> Tuple[PairRefusal, .
             if decision.rule != "complex-pair" or not decision.fused or "producer_ops" not in fig:
                 continue
             if set(fig["producer_ops"]) | set(fig["consumer_ops"]) <= ops:
-                refused.append(PairRefusal(tuple(fig["producer_ops"]), tuple(fig["consumer_ops"]),
-                                           f"the {fallback.rule} template failed on the fused kernel "
-                                           f"{fallback.kernel} at {fallback.stage} ({fallback.error})"))
+                refused.append(PairRefusal(tuple(fig["producer_ops"]), tuple(fig["consumer_ops"]), reason))
     return tuple(dict.fromkeys(refused))
 
 
