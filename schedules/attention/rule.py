@@ -237,7 +237,7 @@ def _loops_in_order(sch: s_tir.Schedule, block: SBlockRV) -> bool:
 def _schedule(sch: s_tir.Schedule, tile: AttentionTile, scores: SBlockRV, rows: Sequence[SBlockRV],
               probabilities: SBlockRV, output: SBlockRV) -> None:
     """Apply ``tile`` (see the module docstring)."""
-    warps, lanes, rows_per_warp = tile.warps, tile.lanes, tile.rows_per_warp
+    warps, lanes = tile.warps, tile.lanes
     scope = SCOPE
 
     def threads(y, x):
@@ -249,14 +249,7 @@ def _schedule(sch: s_tir.Schedule, tile: AttentionTile, scores: SBlockRV, rows: 
     i_block, i_in = sch.split(i, [None, tile.query_rows])
     head = sch.fuse(*lead, i_block)
     sch.bind(head, "blockIdx.x")
-    ty, r = sch.split(i_in, [warps, rows_per_warp])
-    tx, c = sch.split(e, [lanes, None])
-    sch.reorder(ty, tx, j, r, c)
-    threads(ty, tx)
-    sch.unroll(r)
-    sch.unroll(c)
-    out_local = sch.cache_write(output, 0, "local")
-    sch.reverse_compute_at(out_local, tx)
+    _register_tiled(sch, output, i_in, e, j, tile, threads)
 
     # Step 2. The probabilities, into shared memory: a warp a row, lanes along the keys.
     sch.compute_at(probabilities, head)
@@ -272,15 +265,7 @@ def _schedule(sch: s_tir.Schedule, tile: AttentionTile, scores: SBlockRV, rows: 
     # Step 4. The scores: a lane R rows x JC consecutive keys in registers, summed over D.
     sch.compute_at(scores, head)
     sch.set_scope(scores, 0, scope)
-    si, sj, sd = sch.get_loops(scores)[-3:]
-    sty, sr = sch.split(si, [warps, rows_per_warp])
-    stx, sc = sch.split(sj, [lanes, None])
-    sch.reorder(sty, stx, sd, sr, sc)
-    threads(sty, stx)
-    sch.unroll(sr)
-    sch.unroll(sc)
-    scores_local = sch.cache_write(scores, 0, "local")
-    sch.reverse_compute_at(scores_local, stx)
+    _register_tiled(sch, scores, *sch.get_loops(scores)[-3:], tile, threads)
 
     # Step 5. Q and every key of the head, then every value row, into shared memory (the value
     # load placed right before the output, so that it may reuse the keys' space).
@@ -300,6 +285,19 @@ def _schedule(sch: s_tir.Schedule, tile: AttentionTile, scores: SBlockRV, rows: 
         sch.unroll(unrolled)
     sch.decompose_reduction(scores, sch.get_loops(scores)[-3])
     sch.decompose_reduction(output, sch.get_loops(output)[-3])
+
+
+def _register_tiled(sch: s_tir.Schedule, block: SBlockRV, rows, columns, reduced, tile: AttentionTile,
+                    threads) -> None:
+    """A contraction as a warp ``R`` rows, a lane consecutive columns, accumulated in registers
+    over ``reduced`` and written back after it."""
+    ty, r = sch.split(rows, [tile.warps, tile.rows_per_warp])
+    tx, c = sch.split(columns, [tile.lanes, None])
+    sch.reorder(ty, tx, reduced, r, c)
+    threads(ty, tx)
+    sch.unroll(r)
+    sch.unroll(c)
+    sch.reverse_compute_at(sch.cache_write(block, 0, "local"), tx)
 
 
 def _warp_per_row(sch: s_tir.Schedule, block: SBlockRV, warps: int, lanes: int, threads) -> None:

@@ -25,7 +25,7 @@ from tvm_fusion_hw.plans import as_plan
 from .decisions import Decision
 from .group_view import GroupView
 from .memo import target_key
-from .pair_rule import ComplexPairRule
+from .pair_rule import ComplexPairRule, plan_figures
 
 #: the chain ``TemplatePlanners.chains`` keys attention by: a matmul, a row reduction, a matmul
 ATTENTION_CHAIN = "matmul->reduce->matmul"
@@ -74,18 +74,7 @@ class AttentionChainRule:
         fused = occupancy(p, plan.threads_per_block, plan.registers_per_thread,
                           min(plan.shared_bytes, p.shared_memory_bytes_per_block))
         round_trip = merged.cost.saved_bytes - sum(g.cost.saved_bytes for g in (scores, softmax, output))
-        figures.update({
-            "figures_from": f"{plan.template} template's plan",
-            "plan_threads_per_block": plan.threads_per_block,
-            "plan_registers_per_thread": plan.registers_per_thread,
-            "plan_shared_bytes": plan.shared_bytes,
-            "plan_blocks": plan.blocks,
-            "fused_shared_bytes": plan.shared_bytes,
-            "shared_bytes_per_block_limit": p.shared_memory_bytes_per_block,
-            "registers_per_thread_limit": p.max_registers_per_thread,
-            "fused_occupancy": round(fused.occupancy, 3),
-            "round_trip_bytes": round_trip,
-        })
+        figures.update({**plan_figures(plan, p, fused), "round_trip_bytes": round_trip})
         planned = f"the {plan.template} template's plan ({plan.summary or plan.describe()})"
         staged = (f": three kernels, the scores and probabilities staged through global memory "
                   f"({round_trip / 1e6:.2f} MB written and read back)")

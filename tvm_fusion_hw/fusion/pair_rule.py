@@ -100,16 +100,8 @@ class ComplexPairRule:
         # From whole warps, so that a drop of exactly the limit is not lost to rounding.
         drop = round(1 - fused.warps_per_multiprocessor / max(baseline.warps_per_multiprocessor, 1), 6)
         round_trip = self._round_trip_bytes(producer, consumer, merged)
+        figures.update(plan_figures(plan, p, fused))
         figures.update({
-            "figures_from": f"{plan.template} template's plan",
-            "plan_threads_per_block": plan.threads_per_block,
-            "plan_registers_per_thread": plan.registers_per_thread,
-            "plan_shared_bytes": plan.shared_bytes,
-            "plan_blocks": plan.blocks,
-            "fused_shared_bytes": plan.shared_bytes,
-            "shared_bytes_per_block_limit": p.shared_memory_bytes_per_block,
-            "registers_per_thread_limit": p.max_registers_per_thread,
-            "fused_occupancy": round(fused.occupancy, 3),
             "unfused_occupancy": round(baseline.occupancy, 3),
             "unfused_occupancy_from": source,
             "occupancy_drop": round(drop, 3),
@@ -279,6 +271,22 @@ class ComplexPairRule:
     def _occupancy_of(self, group: GroupView) -> Occupancy:
         return occupancy(self.profile, self.config.block_threads,
                          self.estimate_registers(group.infos), self._stage_bytes(group.infos))
+
+
+def plan_figures(plan: KernelPlan, profile, fused: Occupancy) -> Dict[str, object]:
+    """A template's plan of a fused kernel, against the profile's per-block limits, as a
+    decision's figures."""
+    return {
+        "figures_from": f"{plan.template} template's plan",
+        "plan_threads_per_block": plan.threads_per_block,
+        "plan_registers_per_thread": plan.registers_per_thread,
+        "plan_shared_bytes": plan.shared_bytes,
+        "plan_blocks": plan.blocks,
+        "fused_shared_bytes": plan.shared_bytes,
+        "shared_bytes_per_block_limit": profile.shared_memory_bytes_per_block,
+        "registers_per_thread_limit": profile.max_registers_per_thread,
+        "fused_occupancy": round(fused.occupancy, 3),
+    }
 
 
 def _warps(occ: Occupancy, what: str) -> str:
