@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 import warnings
@@ -24,7 +25,7 @@ from pathlib import Path
 DECIDING = ("ridge_flop_per_byte", "break_even_ridge_flop_per_byte", "cost_fused_us", "cost_apart_us",
             "recompute", "occupancy_drop", "fused_occupancy", "unfused_occupancy", "fused_shared_bytes",
             "shared_bytes_per_block_limit", "plan_registers_per_thread", "estimated_registers",
-            "register_budget", "ops", "depth_cap")
+            "register_budget", "ops", "depth_cap", "plan_blocks", "blocks_per_wave")
 
 
 def plan_view(profile, fuse):
@@ -83,6 +84,12 @@ def decided_by(entry: dict) -> str:
     verdict, fig, reason = entry["verdict"], entry.get("figures", {}), entry.get("reason", "")
     if verdict == "-":
         return "-"
+    if "matmul -> softmax -> matmul" in reason:  # attention: its grid against one wave, or no template
+        waves = re.search(r"its (\d+) blocks (?:run in one wave|take (\d+) waves) of (\d+)", reason)
+        if waves:
+            return f"{verdict}: {waves[1]} blocks in {waves[2] or 1} wave(s) of {waves[3]}"
+        if "does not take it" in reason:
+            return f"{verdict}: no Attention template on this target"
     if "break_even_ridge_flop_per_byte" in fig:
         ridge, even = fig["ridge_flop_per_byte"], fig["break_even_ridge_flop_per_byte"]
         return (f"{verdict}: ridge {ridge:.1f} {'>=' if ridge >= even else '<'} {even:.1f} "
@@ -104,7 +111,7 @@ def _short(text: str, limit: int = 220) -> str:
 
 
 #: what decided a row, from the pair its reasons name (or the rule)
-KINDS = ("depthwise -> pointwise", "conv -> pool", "depth cap", "other")
+KINDS = ("depthwise -> pointwise", "conv -> pool", "attention", "depth cap", "other")
 
 
 def kind_of(row: dict) -> str:
@@ -113,7 +120,9 @@ def kind_of(row: dict) -> str:
         return KINDS[0]
     if "-> window" in reasons:
         return KINDS[1]
-    return KINDS[2] if "depth" in row["rule"] else KINDS[3]
+    if "matmul -> softmax -> matmul" in reasons:
+        return KINDS[2]
+    return KINDS[3] if "depth" in row["rule"] else KINDS[4]
 
 
 def fusion_differs(row: dict) -> bool:
