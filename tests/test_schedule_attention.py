@@ -245,3 +245,20 @@ def test_without_its_template_the_chain_is_built_apart():
     assert not decision.fused and decision.staged and "no schedule template of the pipeline" in decision.reason
     rules = pipeline.schedule_pass.log.rules
     assert "softmax" in rules and rules["softmax"] == "RowReduction"
+
+
+def test_explain_names_the_wave_and_the_missing_template():
+    """explain's comparison of the chain decision names what decided it on each profile: the
+    grid against one wave (H200 against RTX 3060), the reason where there is no plan (ROCm); not
+    the arithmetic intensity, which the chain rule does not read."""
+    from types import SimpleNamespace  # pylint: disable=import-outside-toplevel
+
+    from tvm_fusion_hw.explain.compare import explain_difference  # pylint: disable=import-outside-toplevel
+
+    bert = dict(batch=1, heads=12, tokens=128, head_dim=64, masked=True)
+    profiles = [H200, "nvidia-rtx-3060", "amd-mi300x"]
+    decisions = [_fuse(p, **bert)[0] for p in profiles]
+    text = explain_difference(decisions, [SimpleNamespace(label=p, policy={}) for p in profiles])
+    assert "blocks against one wave" in text and "nvidia-rtx-3060: 96 > 56" in text
+    assert "amd-mi300x: matmul -> softmax -> matmul: the attention template does not take it on rocm" in text
+    assert "intensity" not in text

@@ -32,6 +32,12 @@ TESTS: tuple[tuple[str, str, str, str], ...] = (
     ("cost_fused_us", "cost_apart_us", "modelled time, fused against apart (us)", "count"),
     ("ops", "depth_cap", "ops against the depth cap", "count"),
 )
+#: the tests of an attention chain (``fusion/chain_rule.py``): its plan's fit and its grid in one wave
+CHAIN_TESTS: tuple[tuple[str, str, str, str], ...] = (
+    ("fused_shared_bytes", "shared_bytes_per_block_limit", "shared memory per block", "KiB"),
+    ("plan_registers_per_thread", "registers_per_thread_limit", "registers per thread (plan)", "count"),
+    ("plan_blocks", "blocks_per_wave", "the fused kernel's blocks against one wave of the GPU", "count"),
+)
 
 
 def first_op(label: str) -> str:
@@ -72,7 +78,7 @@ def _figure(decision: Decision, plan: PlanView, name: str) -> float | None:
 def _flipped(a: Decision, plan_a: PlanView, b: Decision, plan_b: PlanView) -> list[str]:
     """The tests that came out one way on ``a`` and the other on ``b``, in words."""
     out = []
-    for figure, limit, words, unit in TESTS:
+    for figure, limit, words, unit in CHAIN_TESTS if a.figures.get("chain") else TESTS:
         values = [(_figure(d, p, figure), _figure(d, p, limit)) for d, p in ((a, plan_a), (b, plan_b))]
         if any(v is None or lim is None for v, lim in values):
             continue
@@ -113,6 +119,8 @@ def explain_difference(decisions: Sequence[Decision | None], plans: Sequence[Pla
         flipped = _flipped(ref, plans[base], decision, plans[k])
         if flipped:
             parts += flipped
+        elif decision.figures.get("chain"):  # no plan on that target: the reason says why
+            parts.append(f"{plans[k].label}: {decision.reason}")
         else:
             changed = _changed_figures(ref, decision)
             parts.append((f"figures that differ ({plans[base].label} vs {plans[k].label}): " + "; ".join(changed))
