@@ -2,23 +2,25 @@
 
 A block owns ``TQ`` query rows of one head (``batch x heads`` heads, ``Lq`` queries, ``Lk`` keys,
 head dims ``D`` for the scores and ``Dv`` for the values). Its ``W`` warps take ``R = TQ / W`` rows
-each; a lane holds ``R x ceil(Lk / 32)`` scores in registers while it sums over ``D`` (keys
-``lane * JC ...`` consecutive, so that 32 lanes read 32 different banks when ``JC`` is odd), then
-``R x ceil(Dv / 32)`` outputs while it sums over the keys.
+each; a lane holds ``R x JC`` scores (``JC = Lk / 32`` consecutive keys, read as float4
+vectors) in registers while it sums over ``D``, then ``R x ceil(Dv / 32)`` outputs while it sums
+over the keys.
 
 Shared memory, what the block keeps on chip (``shared.dyn``, merged by TVM where lifetimes do not
 overlap): the phase of the scores (the query tile and every key of the head, ``TQ x D + D x Lk``),
 the phase of the softmax (scores, probabilities and two values per row, ``2 x TQ x Lk + 2 x TQ``)
 and the phase of the output (probabilities and every value row of the head, ``TQ x Lk + Lk x Dv``);
-the largest phase is the block's need. Every key and value row of the head is on chip at once: that
-is what must fit the profile's shared memory per block, and where it does not the policy keeps the
-three kernels.
+the largest phase is the block's need. Every key of the head is on chip in the first phase and every
+value row in the last: that is what must fit the profile's shared memory per block, and where it
+does not the policy keeps the three kernels.
 
 Time: the larger of two bounds a wave. Each block stages its query rows and every key and value
 of its head (``(TQ + Lk) x (D + Dv)`` elements), at an SM's share of the DRAM bandwidth: small query
-tiles restage the keys and values often. And each phase is issue-bound on shared-memory loads or FMAs (``R + JC`` loads per ``R x JC``
-FMAs a lane and head dim, a shared load taking the issue slots of 4 FMAs), the grid in waves of
-the blocks that fit an SM at once.
+tiles restage the keys and values often. And each phase is issue-bound on shared-memory loads or
+FMAs (``R + JC`` loads per ``R x JC`` FMAs a lane and head dim, a shared load taking the issue
+slots of 4 FMAs), the grid in waves of the blocks that fit an SM at once. Latency (a warp's
+dependent FMA chains, the staging loads in flight) is not modelled: measured times are 2-10x the
+model's, and the search bounds (8 warps of 1-2 rows) come from a measured sweep instead.
 """
 
 from __future__ import annotations
