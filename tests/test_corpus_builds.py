@@ -3,7 +3,8 @@ plugin's fusion matches stock TVM's and onnxruntime's (a reference no one here w
 
 Batch 1, seeded weights (``models.build("corpus:NAME")``). The GPU builds exercise the schedule
 templates and the never-break fallback without a GPU; what they compute is checked on the H200
-through the bundle (bench/results). For the H200 no conv kernel is left to dlight. Marked slow: the whole corpus is about ten minutes on 2 cores.
+through the bundle (bench/results). For the H200 no conv kernel is left to dlight. Marked slow: the
+whole corpus is about ten minutes on 2 cores.
 """
 
 import warnings

@@ -10,9 +10,9 @@ d] * B[b.., d, j]``; the last a contraction ``O[b.., i, e] += P[b.., i, j] * V[b
 same leading axes; between them element-wise blocks over ``S``'s shape (scale, mask, exp; inlined
 into their readers) and row reductions over ``j`` (the softmax's max and sum), and the one block
 ``P`` that the last contraction reads; after it, element-wise blocks that inline into it. Anything
-else returns None, and so do keys a lane cannot read as float4 vectors (a head's keys not a
-multiple of 128: ViT's 197 tokens, Swin's 49-token windows), whose kernel measured slower than the
-three kernels apart.
+else returns None; keys a lane cannot read as float4 vectors (a head's keys not a multiple of 128:
+ViT's 197 tokens, Swin's 49-token windows), whose kernel measured slower than the three kernels
+apart, get no tile (:func:`.tiles.rank_tiles`), so the rule declines them too.
 
 Structure (:mod:`.tiles` sizes it): a block per ``TQ`` query rows of one head, ``W`` warps of
 ``R`` rows each. The block loads its query tile and every key of the head into shared memory; each
@@ -36,11 +36,12 @@ from tvm.target import Target
 
 from tvm_fusion_hw.plans import KernelPlan, as_plan
 from tvm_fusion_hw.schedules.base.limits import GPULimits, gpu_limits
+from tvm_fusion_hw.schedules.base.probe import merged_dynamic_shared_bytes
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
-from tvm_fusion_hw.schedules.base.tir_match import mac_operands
+from tvm_fusion_hw.schedules.base.tir_match import is_reduction, mac_operands
 from tvm_fusion_hw.schedules.base.vector_lanes import dtype_bytes
 
-from .tiles import AttentionConfig, AttentionProblem, AttentionTile, keys_vectorize, rank_tiles
+from .tiles import AttentionConfig, AttentionProblem, AttentionTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV
 SCOPE = "shared.dyn"
@@ -62,10 +63,7 @@ class Attention(TiledScheduleRule):
     @staticmethod
     def match(sch: s_tir.Schedule, config, limits):
         """``(problem, scores, rows, probabilities, output)``, the surroundings inlined; or None."""
-        matched = _match(sch)
-        if matched is None or not keys_vectorize(matched[0], limits.profile.warp_size, config):
-            return None
-        return matched
+        return _match(sch)
 
     @staticmethod
     def rank(problem: AttentionProblem, limits: GPULimits, config) -> Sequence[AttentionTile]:
@@ -75,15 +73,9 @@ class Attention(TiledScheduleRule):
     def schedule(sch: s_tir.Schedule, problem: AttentionProblem, tile: AttentionTile, *blocks) -> None:
         _schedule(sch, tile, *blocks)
 
-    def check(self, sch: s_tir.Schedule, problem, tile: AttentionTile, limits: GPULimits):
-        """The shared memory TVM allocates once it has merged the buffers (the lowered kernel's
-        ``shared.dyn`` allocation) against the tile's plan."""
-        allocated = merged_dynamic_shared_bytes(sch.mod["main"], limits)
-        if allocated <= tile.shared_bytes:
-            return tile, True
-        if allocated <= limits.shared_limit(SCOPE):
-            return AttentionTile(**{**tile.__dict__, "shared_bytes": allocated}), False
-        return None
+    def shared_bytes_of(self, sch: s_tir.Schedule, limits: GPULimits) -> int:
+        """The lowered kernel's one ``shared.dyn`` allocation: TVM merges the phases' buffers."""
+        return merged_dynamic_shared_bytes(sch.mod["main"], limits)
 
 
 def chain_plan(scores: tirx.PrimFunc, softmax: tirx.PrimFunc, output: tirx.PrimFunc,
@@ -98,8 +90,6 @@ def chain_plan(scores: tirx.PrimFunc, softmax: tirx.PrimFunc, output: tirx.PrimF
     if problem is None:
         return None
     limits, config = gpu_limits(target), Attention().get_config(target)
-    if not keys_vectorize(problem, limits.profile.warp_size, config):
-        return None
     tiles = rank_tiles(problem, limits, config) or sorted(
         rank_tiles(problem, limits, config, fit=False), key=lambda t: t.shared_bytes)
     return as_plan(tiles[0], "Attention") if tiles else None
@@ -186,7 +176,7 @@ def _match(sch: s_tir.Schedule):
     root = get_root_block(sch)
     blocks = list(sch.get_child_blocks(root))
     get = sch.get
-    reductions = [i for i, b in enumerate(blocks) if _iter_extents(get(b)) and _iter_extents(get(b))[1]]
+    reductions = [i for i, b in enumerate(blocks) if is_reduction(get(b))]
     if len(reductions) < 3 or reductions[0] != 0:
         return None
     first, last = blocks[reductions[0]], blocks[reductions[-1]]
@@ -307,22 +297,3 @@ def _warp_per_row(sch: s_tir.Schedule, block: SBlockRV, warps: int, lanes: int, 
     keys_out, tx = sch.split(keys, [None, lanes])
     sch.reorder(rows_out, ty, tx, keys_out)
     threads(ty, tx)
-
-
-def merged_dynamic_shared_bytes(func: tirx.PrimFunc, limits: GPULimits) -> int:
-    """Bytes of the one ``shared.dyn`` allocation the kernel of ``func`` (scheduled) gets once TVM
-    has lowered it and merged its dynamic shared buffers."""
-    target = Target(dict(limits.profile.target))
-    mod = tvm.IRModule({"k": func.with_attr("global_symbol", "k")})
-    mod = tvm.tirx.transform.BindTarget(Target(target, Target({"kind": "llvm"})))(mod)
-    pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(target)
-    total = 0
-
-    def visit(stmt: tirx.AllocBuffer) -> None:
-        nonlocal total
-        if stmt.buffer.scope() == SCOPE:
-            total += math.prod(int(x) for x in stmt.buffer.shape) * dtype_bytes(stmt.buffer.dtype)
-
-    for _, kernel in pipeline(mod).functions_items():
-        tvm_ffi.structural_walk(kernel.body, [(tirx.AllocBuffer, visit)], order="post")
-    return total

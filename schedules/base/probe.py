@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import tvm
 import tvm_ffi
+
 from tvm import s_tir, tirx
 from tvm.runtime import DataType
+from tvm.target import Target
+
+from .limits import GPULimits
 
 
 def allocated_shared_bytes(func: tirx.PrimFunc) -> int:
@@ -32,4 +38,24 @@ def allocated_shared_bytes(func: tirx.PrimFunc) -> int:
                 total += elems * max(1, DataType(str(buf.dtype)).bits // 8)
 
     tvm_ffi.structural_walk(mod["main"], [(s_tir.SBlock, visit)], order="post")
+    return total
+
+
+def merged_dynamic_shared_bytes(func: tirx.PrimFunc, limits: GPULimits) -> int:
+    """Bytes of the one ``shared.dyn`` allocation the kernel of ``func`` (scheduled) gets once TVM
+    has lowered it and merged its dynamic shared buffers."""
+    target = Target(dict(limits.profile.target))
+    mod = tvm.IRModule({"k": func.with_attr("global_symbol", "k")})
+    mod = tvm.tirx.transform.BindTarget(Target(target, Target({"kind": "llvm"})))(mod)
+    pipeline, _, _ = tvm.tirx.get_default_tir_pipeline(target)
+    total = 0
+
+    def visit(stmt: tirx.AllocBuffer) -> None:
+        nonlocal total
+        if stmt.buffer.scope() == "shared.dyn":
+            elems = math.prod(int(x) for x in stmt.buffer.shape)
+            total += elems * max(1, DataType(str(stmt.buffer.dtype)).bits // 8)
+
+    for _, kernel in pipeline(mod).functions_items():
+        tvm_ffi.structural_walk(kernel.body, [(tirx.AllocBuffer, visit)], order="post")
     return total

@@ -87,12 +87,17 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
         """``(tile, exact)``: the shared buffers compact to the tile's plan (exact), or still fit a
         block (the tile's ``shared_bytes`` corrected); None: refused. A tile that does not divide
         the output can compact to far more than planned."""
-        allocated = allocated_shared_bytes(sch.mod["main"])
+        allocated = self.shared_bytes_of(sch, limits)
         if allocated <= tile.shared_bytes:
             return tile, True
         if allocated <= limits.shared_limit(getattr(tile, "shared_scope", "shared")):
             return dataclasses.replace(tile, shared_bytes=allocated), False
         return None
+
+    def shared_bytes_of(self, sch: s_tir.Schedule, limits: GPULimits) -> int:  # pylint: disable=unused-argument
+        """Shared memory the scheduled kernel allocates, as :meth:`check` compares it with the plan:
+        here its buffers as TVM compacts them (a rule whose buffers TVM merges measures otherwise)."""
+        return allocated_shared_bytes(sch.mod["main"])
 
     def finish(self, sch: s_tir.Schedule, tile) -> s_tir.Schedule:  # pylint: disable=unused-argument
         """The chosen schedule, rewritten once more if the template needs it (here: unchanged)."""

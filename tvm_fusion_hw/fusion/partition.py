@@ -92,21 +92,35 @@ class Partition:
     def propose(self, rule_fn, producer: int, consumer: int) -> bool:
         """Ask the policy about merging group ``producer`` into group ``consumer``; merge if yes.
         The same question is asked once: a later phase does not repeat a refusal."""
-        question = (tuple(self.members[producer]), tuple(self.members[consumer]))
+        return self._propose((producer,), consumer, rule_fn)
+
+    def propose_chain(self, first: int, middle: int, last: int) -> bool:
+        """Ask the policy about merging three groups (attention's) into ``last``; merge if yes."""
+        def decide(producer: GroupView, _consumer: GroupView, merged: GroupView):
+            parts = [self.view(self.members[g]) for g in (first, middle, last)]
+            return self.policy.attention_chain(*parts, producer, merged)
+        return self._propose((first, middle), last, decide)
+
+    def _propose(self, producers, consumer: int, decide) -> bool:
+        """``decide(producer view, consumer view, merged view)`` on merging ``producers`` (as one
+        producer) into ``consumer``, once per question; the groups merge if it fuses."""
+        question = tuple(tuple(self.members[g]) for g in (*producers, consumer))
         if question in self._asked:
             return False
         self._asked.add(question)
-        merged = self.members[producer] + self.members[consumer]
-        views = self.view(self.members[producer]), self.view(self.members[consumer]), self.view(merged)
+        producer = sorted(i for g in producers for i in self.members[g])
+        merged = sorted(producer + self.members[consumer])
+        views = self.view(producer), self.view(self.members[consumer]), self.view(merged)
         # A group the feedback loop measured and split must not re-form, whatever the rules say.
         decision = self.policy.feedback_split(*views, self.op_names(merged)) if \
             self.policy.config.split_groups else None
-        decision = decision or rule_fn(*views)
+        decision = decision or decide(*views)
         self.decisions.append(decision)
         if decision.fused:
-            for i in self.members.pop(producer):
-                self.group_of[i] = consumer
-            self.members[consumer] = sorted(merged)
+            for gid in producers:
+                for i in self.members.pop(gid):
+                    self.group_of[i] = consumer
+            self.members[consumer] = merged
         return decision.fused
 
     def run(self) -> "Partition":
@@ -167,32 +181,9 @@ class Partition:
             if softmax is None or not self._is_reduction_group(softmax):
                 continue
             output = self.consumer_group(softmax)
-            if output is not None and self._anchor_kind(output) == MATMUL:
+            anchor = None if output is None else self.view(self.members[output]).anchor()
+            if anchor is not None and anchor.kind == MATMUL:
                 self.propose_chain(gid, softmax, output)
-
-    def _anchor_kind(self, gid: int) -> Optional[str]:
-        infos = [self.costs.node_info[i] for i in self.members[gid] if self.costs.node_info[i].is_complex]
-        return max(infos, key=lambda i: i.flops).kind if infos else None
-
-    def propose_chain(self, first: int, middle: int, last: int) -> bool:
-        """Ask the policy about merging three groups (attention's) into ``last``; merge if yes."""
-        question = (tuple(self.members[first]), tuple(self.members[middle]), tuple(self.members[last]))
-        if question in self._asked:
-            return False
-        self._asked.add(question)
-        producer = sorted(self.members[first] + self.members[middle])
-        merged = sorted(producer + self.members[last])
-        views = [self.view(self.members[g]) for g in (first, middle, last)]
-        decision = self.policy.feedback_split(self.view(producer), views[2], self.view(merged),
-                                              self.op_names(merged)) if self.policy.config.split_groups else None
-        decision = decision or self.policy.attention_chain(*views, self.view(producer), self.view(merged))
-        self.decisions.append(decision)
-        if decision.fused:
-            for gid in (first, middle):
-                for i in self.members.pop(gid):
-                    self.group_of[i] = last
-            self.members[last] = merged
-        return decision.fused
 
     def _complex_pairs(self) -> None:
         for node in self.graph.nodes:
