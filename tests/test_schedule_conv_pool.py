@@ -3,8 +3,9 @@
 CPU only except the last test. Checked:
 - the rule takes the fused conv+bias+ReLU+max-pool PrimFunc of ``conv_relu_pool`` (batch 1 and 32)
   and synthetic variants (avg pool, odd planes with floor pooling, 3x3/3 windows, 1x1 and 5x5
-  convs, stride 2, no padding, ReLU6, batch 2), and declines a conv without a pool, a pool alone,
-  a depthwise conv (alone and fused with its pool), overlapping and ceil-mode pools, matmuls,
+  convs, stride 2, no padding, ReLU6, batch 2, overlapping 3x3/2 pools, after a 7x7/2 conv too),
+  and declines a conv without a pool, a pool alone, a depthwise conv (alone and fused with its
+  pool), padded and ceil-mode pools, a conv kernel over its limit, matmuls,
   element-wise kernels, depthwise+pointwise pairs and non-GPU targets; ``supports_pair`` says the
   same of the conv and pool PrimFuncs before fusion, and ``pair_plan`` (what the fusion policy
   asks) gives the tile the rule then plans for the fused PrimFunc;
@@ -47,7 +48,8 @@ from tvm_fusion_hw.schedules.conv_pool import tiles as conv_pool_tiles, shared_b
 from tvm_fusion_hw.schedules.conv_pool.tiles import ConvPoolProblem, evaluate_tile, rank_tiles
 from tvm_fusion_hw.schedules.depthwise.rule import DepthwiseConv
 from tvm_fusion_hw.plans import KernelPlan
-from tir_checks import LLVM, assert_schedule_preserves_numerics, cuda_source, kernels_of, prim_funcs, run_model
+from tir_checks import (LLVM, assert_schedule_preserves_numerics, compile_func, cuda_source, kernels_of, prim_funcs,
+                        ptxas_kernels, run_model)
 
 H200 = "nvidia-h200"
 FUSED = "fused_conv2d_add_relu_max_pool2d"
@@ -71,7 +73,7 @@ def conv_relu_pool_funcs(batch, target_name=H200):
 
 
 def conv_pool_model(cin=8, cout=8, hw_=16, k=3, pad=1, stride=1, pool="max", pk=2, ps=None,
-                    act="relu", batch=1, group=1, ceil=0):
+                    act="relu", batch=1, group=1, ceil=0, ppad=0):
     """conv (bias) -> activation -> pool as ONNX."""
     ps = ps or pk
     g = GraphBuilder(0)
@@ -79,8 +81,8 @@ def conv_pool_model(cin=8, cout=8, hw_=16, k=3, pad=1, stride=1, pool="max", pk=
     y = g.conv(x, cin, cout, k, stride=stride, pad=pad, group=group, bias=True, gain=1.0)
     y = {"relu": g.relu, "relu6": g.relu6, None: lambda v: v}[act](y)
     op = {"max": "MaxPool", "avg": "AveragePool"}[pool]
-    y = g.op(op, [y], kernel_shape=[pk, pk], strides=[ps, ps], ceil_mode=ceil)
-    conv_out = (hw_ + 2 * pad - k) // stride + 1
+    y = g.op(op, [y], kernel_shape=[pk, pk], strides=[ps, ps], pads=[ppad] * 4, ceil_mode=ceil)
+    conv_out = (hw_ + 2 * pad - k) // stride + 1 + 2 * ppad
     pooled = -(-(conv_out - pk) // ps) + 1 if ceil else (conv_out - pk) // ps + 1
     return g.model(y, [batch, cout, pooled, pooled], "conv_pool")
 
@@ -139,6 +141,10 @@ def test_applies_to_conv_relu_pool(batch):
     dict(pad=0, hw_=14),  # no padding
     dict(act="relu6", batch=2, cin=5, cout=12, hw_=14),
     dict(act=None),  # conv + bias + pool
+    # Overlapping windows: AlexNet's and Inception's 3x3/2 max-pool, after a 7x7/2 conv too
+    dict(pk=3, ps=2, hw_=17),
+    dict(pk=3, ps=2, hw_=20, k=7, pad=3, stride=2, cin=3, cout=16),
+    dict(pk=3, ps=1, hw_=9, pool="avg"),  # stride 1 (the tail divides)
 ])
 def test_small_variants_apply_and_compute_the_same(case):
     target = hw.target(H200)
@@ -160,12 +166,15 @@ def test_declines_kernels_that_are_not_conv_then_pool():
     x = g.input("input", [2, 16, 64])
     declined["matmul"] = next(iter(prim_funcs(fused_module(
         import_onnx(g.model(g.linear(x, 64, 32), [2, 16, 32], "linear")), target)).values()))
-    # A depthwise conv fused with its pool; an overlapping pool; a ceil-mode pool.
+    # A depthwise conv fused with its pool; a padded and a ceil-mode overlapping pool (their guard
+    # would leave an edge thread's register tile at a per-thread offset: local memory).
     depthwise = {"depthwise_conv->window", "conv->window"}
     declined["depthwise+pool"] = fused_pool_func(
         group=8, knobs={**PAIR_KNOBS, "pair_templates": depthwise})
-    declined["overlapping"] = fused_pool_func(pk=3, ps=2, hw_=17)
-    declined["ceil"] = fused_pool_func(hw_=15, ceil=1)
+    for name, case in (("padded", dict(pk=3, ps=2, ppad=1, hw_=17)), ("ceil", dict(pk=3, ps=2, hw_=16, ceil=1))):
+        funcs = prim_funcs(fused_module(import_onnx(conv_pool_model(**case)), target,
+                                        hw.fusion_pass(target, **PAIR_KNOBS)))
+        assert not any("conv" in n and "pool" in n for n in funcs), name  # not fused: no plan
     for name, func in declined.items():
         assert rule.apply(func, target, False) is None, name
     # A GPU rule declines CPU targets.
@@ -177,8 +186,10 @@ def test_declines_kernels_that_are_not_conv_then_pool():
     (dict(pool="avg", hw_=15), True),
     (dict(k=1, pad=0), True),  # pointwise conv
     (dict(group=8), False),  # depthwise conv
-    (dict(pk=3, ps=2, hw_=17), False),  # overlapping windows
-    (dict(hw_=15, ceil=1), False),  # ceil mode: a padding block before the pool
+    (dict(pk=3, ps=2, hw_=17), True),  # overlapping windows
+    (dict(pk=3, ps=2, ppad=1, hw_=17), False),  # padded: a guarded padding block before the pool
+    (dict(hw_=15, ceil=1), False),  # ceil mode: the same
+    (dict(k=9, pad=4, hw_=17), False),  # a conv kernel over ConvPool's limit
 ])
 def test_supports_pair_judges_the_unfused_functions(case, expected):
     """What a fusion policy can ask before fusing: stock FuseOps keeps conv and pool apart."""
@@ -383,6 +394,31 @@ def test_sm90_one_kernel_with_shared_memory_and_no_spills(sm90_builds, batch):
     assert kernel.static_shared_bytes == tile.shared_bytes
     assert (kernel.threads_per_block, kernel.grid_blocks) == (tile.threads, tile.blocks)
     assert kernel.registers <= tile.registers_estimate + 8
+
+
+@pytest.mark.parametrize("case", [
+    dict(cin=64, cout=192, hw_=27, k=5, pad=2, batch=1),  # AlexNet's second conv and pool
+    dict(cin=64, cout=192, hw_=27, k=5, pad=2, batch=32),
+    dict(cin=64, cout=80, hw_=73, k=3, pad=0, batch=1),
+    dict(cin=64, cout=80, hw_=73, k=3, pad=0, batch=32),  # Inception v3's before its second pool
+])
+def test_overlapping_pools_build_without_spills_registers_as_estimated(case):
+    """A 3x3/2 max-pool after a conv: the tile the rule picks builds for sm_90 without spills
+    or local memory, its registers at most near the estimate and its shared memory as planned (ptxas,
+    not the formula)."""
+    if not toolchain.have_nvcc():
+        pytest.skip("nvcc not found")
+    target = hw.target(H200)
+    func = fused_pool_func(pk=3, ps=2, **case)
+    rule = ConvPool()
+    problem, tile = rule.plan(func, target)
+    assert (problem.window, problem.pool_strides) == ((3, 3), (2, 2))
+    source = cuda_source(compile_func(rule.apply(func, target, False).mod["main"], target))
+    (kernel,) = ptxas_kernels(source).values()
+    print(f"{case}: {tile.summary()}; ptxas {kernel.registers} registers, estimated {tile.registers_estimate}")
+    assert kernel.spill_store_bytes == kernel.spill_load_bytes == kernel.stack_frame_bytes == 0
+    assert kernel.static_shared_bytes == tile.shared_bytes
+    assert kernel.registers <= tile.registers_estimate + 8  # the estimate errs high, not low
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------

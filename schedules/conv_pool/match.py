@@ -127,7 +127,7 @@ def pair_problem(  # pylint: disable=too-many-return-statements
 def _problem(conv_shape: tuple, pooled: tuple, data: tirx.Buffer) -> ConvPoolProblem:
     """The problem from ``_match_conv``'s and ``_match_pool``'s findings and the conv's input."""
     batch, out_ch, in_ch, kernel, stride, dilation, _, data_idx, weight_idx = conv_shape
-    pooled_hw, window, kind = pooled
+    pooled_hw, window, pool_stride, kind = pooled
     return ConvPoolProblem(
         batch=batch,
         in_channels=in_ch,
@@ -137,6 +137,7 @@ def _problem(conv_shape: tuple, pooled: tuple, data: tirx.Buffer) -> ConvPoolPro
         stride=stride,
         dilation=dilation,
         window=window,
+        pool_stride=pool_stride,
         pool=kind,
         dtype_bytes=max(1, DataType(str(data.dtype)).bits // 8),
         data_read_index=data_idx,
@@ -205,12 +206,18 @@ def _match_pool(  # pylint: disable=too-many-locals,too-many-return-statements
     pool: SBlockRV,
     source: tirx.Buffer,
     config: ConvPoolConfig,
-) -> Optional[Tuple[Tuple[int, int], Tuple[int, int], str]]:
+) -> Optional[Tuple[Tuple[int, int], Tuple[int, int], Tuple[int, int], str]]:
     """Match ``pool[n,f,p,q] = max|sum(pool[...], E)`` where every read of ``source`` (the conv
-    output, shape ``[N, F, H, W]``) in ``E`` is ``source[n, f, p*K + rv0, q*K' + rv1]`` over a
-    ``K x K'`` window: stride = window, no padding, every window inside ``H x W`` (floor mode).
+    output, shape ``[N, F, H, W]``) in ``E`` is ``source[n, f, p*S + rv0, q*S' + rv1]`` over a
+    ``K x K'`` window with stride ``S <= K`` (windows may overlap), every window inside ``H x W``
+    (floor mode, no padding).
 
-    Returns ``((pooled rows, pooled cols), (K, K'), "max" | "sum")`` or None.
+    A padded or ceil-mode pool (a guard on the conv output) is declined: TVM's ``compute_at``
+    clamps the conv outputs a thread computes to the conv's domain, so an edge thread's register
+    tile would start at ``max(0, ...)``, an offset the compiler can only index in local memory
+    (seen with ptxas: a 176-byte stack frame for a ResNet stem's 7x7/2 conv with its 3x3/2 pool).
+
+    Returns ``((pooled rows, pooled cols), (K, K'), (S, S'), "max" | "sum")`` or None.
     """
     block = sch.get(pool)
     if not trivially_bound(sch, pool):
@@ -247,19 +254,27 @@ def _match_pool(  # pylint: disable=too-many-locals,too-many-return-statements
     reads = [ld for ld in tensor_loads(expr) if ld.source.same_as(source)]
     if not reads or any(ld.source.same_as(store.buffer) for ld in tensor_loads(expr)):
         return None
+    strides = set()
     for ld in reads:
         coeffs = [linear_coefficients(i, ivars) for i in ld.indices]
-        if not (
+        if None in coeffs or not (
             only_coefficients(coeffs[0], {n: 1})
             and only_coefficients(coeffs[1], {f: 1})
-            and only_coefficients(coeffs[2], {p: window[0], r0: 1})
-            and only_coefficients(coeffs[3], {q: window[1], r1: 1})
+            and only_coefficients(coeffs[2], {p: None, r0: 1})
+            and only_coefficients(coeffs[3], {q: None, r1: 1})
         ):
             return None
-    # Floor mode: every window lies inside the conv output (ceil mode pads, and is refused).
+        strides.add((coeffs[2][p], coeffs[3][q]))
+    if len(strides) != 1:
+        return None
+    (stride,) = strides
+    if not all(1 <= s <= k for s, k in zip(stride, window)):
+        return None
     shape = [const_int(d) for d in source.shape]
     if len(shape) != 4 or shape[:2] != [ext[n], ext[f]]:
         return None
-    if ext[p] * window[0] > shape[2] or ext[q] * window[1] > shape[3]:
-        return None
-    return (ext[p], ext[q]), window, kind
+    # Floor mode: every window lies inside the conv output.
+    for pooled, s, k, extent in zip((ext[p], ext[q]), stride, window, shape[2:]):
+        if (pooled - 1) * s + k > extent:
+            return None
+    return (ext[p], ext[q]), window, stride, kind

@@ -1,4 +1,4 @@
-"""A schedule rule for conv2d (NCHW) + element-wise epilogue + a KxK/K pool, as ONE kernel.
+"""A schedule rule for conv2d (NCHW) + element-wise epilogue + a pool, as ONE kernel.
 
 Stock FuseOps never puts a convolution and a pool in one kernel (two "complex" groups); our fusion
 pass does (``conv->window``), and without a template dlight splits the fused PrimFunc into two
@@ -6,16 +6,18 @@ untiled kernels with the conv result in a global workspace. This rule recognises
 TIR, not from names: an optional padding block, one convolution ``conv[n, f, y, x] += data[n, rc,
 y*sh + ry*dh, x*sw + rx*dw] * weight[f, rc, ry, rx]`` (groups = 1, weight ``[F, C, KH, KW]``; a
 1x1 conv too), an element-wise chain (bias, ReLU, BatchNorm, ...), one window reduction
-``pool[n, f, p, q] = max|sum(pool, E(conv[n, f, p*K + rv0, q*K' + rv1]))`` whose stride equals its
-window (non-overlapping windows, floor mode, no pool padding) and an optional element-wise tail (the
-average's division). :func:`supports_pair` answers the same for the conv and pool PrimFuncs before
-fusion, for a fusion policy, and :func:`pair_plan` gives the policy the plan (threads, registers,
-shared memory per block) this rule would run them with on a target. The matching is in
-:mod:`.conv_pool_match`.
+``pool[n, f, p, q] = max|sum(pool, E(conv[n, f, p*S + rv0, q*S' + rv1]))`` over a ``K x K'``
+window with stride ``S <= K`` (the 2x2/2 pools of VGG, the overlapping 3x3/2 pools of AlexNet and
+Inception), floor mode without padding (a padded pool is declined: see
+:func:`.match._match_pool`), and an optional element-wise tail (the average's division). :func:`supports_pair` answers the same for the conv
+and pool PrimFuncs before fusion, for a fusion policy, and :func:`pair_plan` gives the policy the
+plan (threads, registers, shared memory per block) this rule would run them with on a target. The
+matching is in :mod:`.conv_pool_match`.
 
 Structure. The conv tile never leaves the chip and never goes through shared memory either: each
-thread owns ``CV`` output channels x ``PHV x PWV`` whole pool windows, so it accumulates its
-``CV x K*PHV x K'*PWV`` conv outputs in registers, applies the epilogue and the pool there, and
+thread owns ``CV`` output channels x ``PHV x PWV`` whole pool windows, so it accumulates the
+``CV x ((PHV-1)*S + K) x ((PWV-1)*S' + K')`` conv outputs they read in registers (overlapping
+windows: a thread computes again the edge rows its neighbour computes), applies the epilogue and the pool there, and
 writes only pooled values. A block (``CT x PHT x PWT`` threads: pooled width fastest, then height,
 then channel groups) loops over the input channels in chunks of ``RC``: it stages the input chunk
 with its halo (the padding block computes straight into shared memory, whole rows per pass,
@@ -53,7 +55,7 @@ SBlockRV = s_tir.schedule.SBlockRV
 
 
 class ConvPool(TiledScheduleRule):
-    """Conv2d (NCHW, groups = 1) + element-wise epilogue + non-overlapping max/avg pool, one kernel.
+    """Conv2d (NCHW, groups = 1) + element-wise epilogue + max/avg pool, one kernel.
 
     Returns ``None`` for any PrimFunc that is not exactly such a group (see the module docstring),
     so that the next rule takes it.
@@ -71,7 +73,7 @@ class ConvPool(TiledScheduleRule):
             return ConvPool.Config(min_threads=64, max_threads=256)
         return ConvPool.Config()
 
-    # ---- the rule: TiledScheduleRule calls these three -----------------------------------------
+    # ---- the rule: TiledScheduleRule calls these -----------------------------------------------
     @staticmethod
     def match(sch, config, limits):  # pylint: disable=unused-argument
         """``(problem, *blocks)`` of the pattern in ``sch`` (surroundings inlined), or None."""
@@ -96,7 +98,7 @@ def supports_pair(producer: tirx.PrimFunc, consumer: tirx.PrimFunc) -> bool:
     For a fusion policy: fusing a pair this rule then declines leaves dlight a conv and a pool in
     one PrimFunc, which it can only split into two untiled kernels. The producer must hold one
     conv this rule matches (groups = 1, its limits on kernel and stride), the consumer one window
-    reduction of its input with stride = window, no padding and floor mode.
+    reduction of its input, stride at most the window, floor mode without padding.
     """
     return pair_problem(producer, consumer, ConvPool.Config()) is not None
 
@@ -148,8 +150,7 @@ def _schedule(  # pylint: disable=too-many-arguments,too-many-locals
     tail: Optional[SBlockRV],
 ) -> None:
     """Apply ``tile`` to the matched group (see the module docstring for the structure)."""
-    tile_rows = problem.window[0] * tile.pooled_rows
-    tile_cols = problem.window[1] * tile.pooled_cols
+    tile_rows, tile_cols = problem.conv_extent(tile.pooled_rows, tile.pooled_cols)
 
     # Step 3a. Tile the pooled output: block = (n, channel tile, row tile, column tile); threads =
     # (channel group, window row, window column); each thread CV x PHV x PWV pool windows.

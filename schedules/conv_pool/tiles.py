@@ -33,17 +33,30 @@ class ConvPoolProblem:  # pylint: disable=too-many-instance-attributes
     kernel: Tuple[int, int]  # conv KH, KW
     stride: Tuple[int, int]  # conv stride
     dilation: Tuple[int, int]
-    window: Tuple[int, int]  # pool window = pool stride
+    window: Tuple[int, int]  # pool window
     pool: str  # "max" or "sum" (an average divides in the tail)
     dtype_bytes: int
     data_read_index: int  # operand position of the data in the conv block's reads
     weight_read_index: int
+    #: the pool's stride (None: the window, windows that do not overlap)
+    pool_stride: Optional[Tuple[int, int]] = None
+
+    @property
+    def pool_strides(self) -> Tuple[int, int]:
+        """The pool's stride along rows and columns."""
+        return self.pool_stride or self.window
+
+    def conv_extent(self, windows_rows: int, windows_cols: int) -> Tuple[int, int]:
+        """Conv rows and columns that ``windows_rows x windows_cols`` adjacent pool windows read
+        (overlapping windows share theirs)."""
+        (wh, ww), (sh, sw) = self.window, self.pool_strides
+        return (windows_rows - 1) * sh + wh, (windows_cols - 1) * sw + ww
 
     @property
     def flops(self) -> float:
-        """FLOPs of the conv outputs the pool reads (2 per MAC)."""
-        (ph, pw), (kh, kw), (wh, ww) = self.pooled, self.kernel, self.window
-        return 2.0 * self.batch * self.out_channels * ph * wh * pw * ww * self.in_channels * kh * kw
+        """FLOPs of the conv outputs the pool reads, each counted once (2 per MAC)."""
+        (kh, kw), (rows, cols) = self.kernel, self.conv_extent(*self.pooled)
+        return 2.0 * self.batch * self.out_channels * rows * cols * self.in_channels * kh * kw
 
     def input_extent(self, conv_rows: int, conv_cols: int) -> Tuple[int, int]:
         """Input rows and columns (halo included) that ``conv_rows x conv_cols`` outputs read."""
@@ -139,6 +152,12 @@ def tile_registers(problem: ConvPoolProblem, cv: int, rows: int, cols: int, unro
     conv + pool at batch 1 for an occupancy drop that ptxas does not show."""
     del unroll  # ptxas reuses the window's registers across unrolled channels
     win_rows, win_cols = problem.input_extent(rows, cols)
+    if max(problem.stride) > 1:
+        # A strided conv's output rows share few input rows: ptxas keeps about one input row per
+        # output row live, not the window. Fitted to ptxas (nvcc 13, sm_90) on a 7x7/2 conv with a
+        # 3x3/2 pool, five tiles of 9-50 accumulators: within 30 over and 60 under (45
+        # accumulators, 234 registers).
+        win_rows = rows
     return cv * rows * cols + win_rows * win_cols + cv + _REGISTER_BASE
 
 
@@ -192,13 +211,13 @@ def _shape_costs(  # pylint: disable=too-many-locals
     """The chunk-independent part of :func:`evaluate_tile`, or None when the shape breaks a limit
     at every chunk."""
     cv, ct, phv, pht, pwv, pwt = shape
-    (kh, kw), (wh, ww) = problem.kernel, problem.window
+    kh, kw = problem.kernel
     threads = ct * pht * pwt
     if threads % limits.profile.warp_size or not config.min_threads <= threads <= config.max_threads:
         return None
     if threads > limits.profile.max_threads_per_block:
         return None
-    rows, cols = wh * phv, ww * pwv  # conv outputs per thread
+    rows, cols = problem.conv_extent(phv, pwv)  # conv outputs per thread
     budget = min(config.max_registers, limits.profile.max_registers_per_thread,
                  limits.profile.registers_per_multiprocessor // threads)
     # Every chunk may step one channel at a time, and unrolling only adds registers: a shape over
@@ -206,16 +225,16 @@ def _shape_costs(  # pylint: disable=too-many-locals
     if (cv * rows * cols > config.max_accumulators or config.max_unroll < 1
             or tile_registers(problem, cv, rows, cols, 1) > budget):
         return None
-    in_rows, in_cols = problem.input_extent(rows * pht, cols * pwt)
+    in_rows, in_cols = problem.input_extent(*problem.conv_extent(phv * pht, pwv * pwt))
     weight_words = ct * cv * kh * kw
     # The rows' pitch is at least in_cols: a shape whose one staged channel does not fit the block's
     # shared memory then fits no chunk, and needs no bank simulation.
     if problem.dtype_bytes * (in_rows * in_cols + weight_words) > limits.shared_memory_bytes_per_block:
         return None
     win_rows, win_cols = problem.input_extent(rows, cols)
-    (sh, sw) = problem.stride
-    pitch, in_instr, in_wavefronts = input_reads(
-        limits.profile.warp_size, pht, pwt, (rows * sh, cols * sw), win_cols, in_cols)
+    (sh, sw), (psh, psw) = problem.stride, problem.pool_strides
+    pitch, in_instr, in_wavefronts = input_reads(  # threads step phv (pwv) pool strides apart
+        limits.profile.warp_size, pht, pwt, (phv * psh * sh, pwv * psw * sw), win_cols, in_cols)
     return _ShapeCosts(shape, threads, rows, cols, budget, in_rows, in_cols, win_rows, win_cols,
                        pitch, in_instr, in_wavefronts, in_rows * pitch + weight_words)
 
@@ -248,7 +267,7 @@ def _tile_at(  # pylint: disable=too-many-locals
 ) -> Optional[ConvPoolTile]:
     """:func:`evaluate_tile` of a shape whose chunk-independent costs are ``costs``."""
     cv, ct, phv, pht, pwv, pwt = costs.shape
-    (kh, kw), (wh, ww) = problem.kernel, problem.window
+    kh, kw = problem.kernel
     threads, rows, cols, taps = costs.threads, costs.rows, costs.cols, kh * kw
     acc = cv * rows * cols
     unrolls = [  # never empty: _shape_costs checked unroll 1
@@ -307,9 +326,9 @@ def _tile_at(  # pylint: disable=too-many-locals
     if per_sm % resident:
         time += round_time(per_sm % resident)
     ph, pw = problem.pooled
-    (sh, sw) = problem.stride
+    (sh, sw), (psh, psw) = problem.stride, problem.pool_strides
     dram_bytes = problem.dtype_bytes * problem.batch * (
-        problem.in_channels * (ph * wh * sh) * (pw * ww * sw) + problem.out_channels * ph * pw
+        problem.in_channels * (ph * psh * sh) * (pw * psw * sw) + problem.out_channels * ph * pw
     )
     dram_s = dram_bytes / limits.profile.dram_bytes_per_s
     without_floor_s = time + _LAUNCH_S
@@ -371,7 +390,7 @@ def _rank(  # pylint: disable=too-many-locals
 ) -> List[ConvPoolTile]:
     """:func:`rank_tiles`, computed."""
     (ph, pw), c_out = problem.pooled, problem.out_channels
-    (wh, ww), warp = problem.window, limits.profile.warp_size
+    warp = limits.profile.warp_size
     max_threads = min(config.max_threads, limits.profile.max_threads_per_block)
     chunks = _divisors(problem.in_channels, config.max_chunk)
 
@@ -389,7 +408,7 @@ def _rank(  # pylint: disable=too-many-locals
         range(1, min(ph, 4) + 1),
         range(1, min(pw, 4) + 1),
     ):
-        if cv * wh * phv * ww * pwv > config.max_accumulators:
+        if cv * math.prod(problem.conv_extent(phv, pwv)) > config.max_accumulators:
             continue
         for ct in _divisors(c_out // cv, max_threads):
             for pht in _splits(math.ceil(ph / phv), max_threads // ct):

@@ -81,8 +81,8 @@ class ComplexPairRule:
             return self._planned_pair(pair, plan, producer, consumer, merged, figures)
         if planner:  # a template that plans found no way to run this pair
             return Decision("complex-pair", producer.label, consumer.label, False,
-                            f"{pair}: the {pair_key} template cannot run this pair (its window overlaps, "
-                            f"is padded, or the conv is outside its limits): two kernels", figures)
+                            f"{pair}: the {pair_key} template cannot run this pair (a pattern or shape "
+                            f"outside its limits, or no tile fits the target): two kernels", figures)
         return self._modelled_pair(pair, pair_key, takes, producer, consumer, merged, figures)
 
     def _planned_pair(self, pair: str, plan, producer: GroupView, consumer: GroupView, merged: GroupView,
@@ -186,8 +186,8 @@ class ComplexPairRule:
                             f"(dlight would stage it through global memory)", figures)
         if not takes:
             return Decision("complex-pair", producer.label, consumer.label, False,
-                            f"{pair}: the {pair_key} template does not take this pair (its window "
-                            f"overlaps, is padded, or the conv is outside its limits)", figures)
+                            f"{pair}: the {pair_key} template does not take this pair (a pattern or "
+                            f"shape outside its limits)", figures)
         return Decision("complex-pair", producer.label, consumer.label, True,
                         f"{pair}: {tile_bytes / 1024:.1f} KiB tile in shared memory saves "
                         f"{merged.cost.saved_bytes / 1e6:.2f} MB; occupancy {baseline.occupancy:.0%} -> "
