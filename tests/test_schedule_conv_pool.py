@@ -3,9 +3,9 @@
 CPU only except the last test. Checked:
 - the rule takes the fused conv+bias+ReLU+max-pool PrimFunc of ``conv_relu_pool`` (batch 1 and 32)
   and synthetic variants (avg pool, odd planes with floor pooling, 3x3/3 windows, 1x1 and 5x5
-  convs, stride 2, no padding, ReLU6, batch 2, overlapping 3x3/2 pools, after a 7x7/2 conv too),
-  and declines a conv without a pool, a pool alone, a depthwise conv (alone and fused with its
-  pool), padded and ceil-mode pools, a conv kernel over its limit, matmuls,
+  convs, stride 2, no padding, ReLU6, batch 2, overlapping 3x3/2 pools, after a 7x7/2 conv too, in
+  ceil mode), and declines a conv without a pool, a pool alone, a depthwise conv (alone and fused
+  with its pool), padded pools, a conv kernel over its limit, matmuls,
   element-wise kernels, depthwise+pointwise pairs and non-GPU targets; ``supports_pair`` says the
   same of the conv and pool PrimFuncs before fusion, and ``pair_plan`` (what the fusion policy
   asks) gives the tile the rule then plans for the fused PrimFunc;
@@ -145,6 +145,9 @@ def test_applies_to_conv_relu_pool(batch):
     dict(pk=3, ps=2, hw_=17),
     dict(pk=3, ps=2, hw_=20, k=7, pad=3, stride=2, cin=3, cout=16),
     dict(pk=3, ps=1, hw_=9, pool="avg"),  # stride 1 (the tail divides)
+    # Ceil mode: the last window hangs over the conv output (read under the pool's guard)
+    dict(pk=3, ps=2, hw_=16, ceil=1),
+    dict(pk=2, hw_=15, ceil=1, pool="avg"),
 ])
 def test_small_variants_apply_and_compute_the_same(case):
     target = hw.target(H200)
@@ -166,12 +169,12 @@ def test_declines_kernels_that_are_not_conv_then_pool():
     x = g.input("input", [2, 16, 64])
     declined["matmul"] = next(iter(prim_funcs(fused_module(
         import_onnx(g.model(g.linear(x, 64, 32), [2, 16, 32], "linear")), target)).values()))
-    # A depthwise conv fused with its pool; a padded and a ceil-mode overlapping pool (their guard
-    # would leave an edge thread's register tile at a per-thread offset: local memory).
+    # A depthwise conv fused with its pool; a padded overlapping pool (its guard would leave an
+    # edge thread's register tile at a per-thread offset: local memory).
     depthwise = {"depthwise_conv->window", "conv->window"}
     declined["depthwise+pool"] = fused_pool_func(
         group=8, knobs={**PAIR_KNOBS, "pair_templates": depthwise})
-    for name, case in (("padded", dict(pk=3, ps=2, ppad=1, hw_=17)), ("ceil", dict(pk=3, ps=2, hw_=16, ceil=1))):
+    for name, case in (("padded", dict(pk=3, ps=2, ppad=1, hw_=17)),):
         funcs = prim_funcs(fused_module(import_onnx(conv_pool_model(**case)), target,
                                         hw.fusion_pass(target, **PAIR_KNOBS)))
         assert not any("conv" in n and "pool" in n for n in funcs), name  # not fused: no plan
@@ -188,7 +191,7 @@ def test_declines_kernels_that_are_not_conv_then_pool():
     (dict(group=8), False),  # depthwise conv
     (dict(pk=3, ps=2, hw_=17), True),  # overlapping windows
     (dict(pk=3, ps=2, ppad=1, hw_=17), False),  # padded: a guarded padding block before the pool
-    (dict(hw_=15, ceil=1), False),  # ceil mode: the same
+    (dict(hw_=15, ceil=1), True),  # ceil mode: the last window hangs over (a guard at the end)
     (dict(k=9, pad=4, hw_=17), False),  # a conv kernel over ConvPool's limit
 ])
 def test_supports_pair_judges_the_unfused_functions(case, expected):
@@ -401,6 +404,8 @@ def test_sm90_one_kernel_with_shared_memory_and_no_spills(sm90_builds, batch):
     dict(cin=64, cout=192, hw_=27, k=5, pad=2, batch=32),
     dict(cin=64, cout=80, hw_=73, k=3, pad=0, batch=1),
     dict(cin=64, cout=80, hw_=73, k=3, pad=0, batch=32),  # Inception v3's before its second pool
+    dict(cin=64, cout=192, hw_=56, k=3, pad=1, ceil=1, batch=1),  # GoogLeNet's, ceil mode
+    dict(cin=64, cout=192, hw_=56, k=3, pad=1, ceil=1, batch=32),
 ])
 def test_overlapping_pools_build_without_spills_registers_as_estimated(case):
     """A 3x3/2 max-pool after a conv: the tile the rule picks builds for sm_90 without spills

@@ -127,7 +127,7 @@ def pair_problem(  # pylint: disable=too-many-return-statements
 def _problem(conv_shape: tuple, pooled: tuple, data: tirx.Buffer) -> ConvPoolProblem:
     """The problem from ``_match_conv``'s and ``_match_pool``'s findings and the conv's input."""
     batch, out_ch, in_ch, kernel, stride, dilation, _, data_idx, weight_idx = conv_shape
-    pooled_hw, window, pool_stride, kind = pooled
+    pooled_hw, window, pool_stride, overhang, kind = pooled
     return ConvPoolProblem(
         batch=batch,
         in_channels=in_ch,
@@ -138,6 +138,7 @@ def _problem(conv_shape: tuple, pooled: tuple, data: tirx.Buffer) -> ConvPoolPro
         dilation=dilation,
         window=window,
         pool_stride=pool_stride,
+        pool_overhang=overhang,
         pool=kind,
         dtype_bytes=max(1, DataType(str(data.dtype)).bits // 8),
         data_read_index=data_idx,
@@ -206,18 +207,18 @@ def _match_pool(  # pylint: disable=too-many-locals,too-many-return-statements
     pool: SBlockRV,
     source: tirx.Buffer,
     config: ConvPoolConfig,
-) -> Optional[Tuple[Tuple[int, int], Tuple[int, int], Tuple[int, int], str]]:
+) -> Optional[Tuple[Tuple[int, int], Tuple[int, int], Tuple[int, int], bool, str]]:
     """Match ``pool[n,f,p,q] = max|sum(pool[...], E)`` where every read of ``source`` (the conv
     output, shape ``[N, F, H, W]``) in ``E`` is ``source[n, f, p*S + rv0, q*S' + rv1]`` over a
-    ``K x K'`` window with stride ``S <= K`` (windows may overlap), every window inside ``H x W``
-    (floor mode, no padding).
+    ``K x K'`` window with stride ``S <= K`` (windows may overlap), no padding; in ceil mode the
+    last window may hang over the end of ``H x W`` (read under the pool's guard).
 
-    A padded or ceil-mode pool (a guard on the conv output) is declined: TVM's ``compute_at``
+    A padded pool (a guard at the start of the conv output) is declined: TVM's ``compute_at``
     clamps the conv outputs a thread computes to the conv's domain, so an edge thread's register
     tile would start at ``max(0, ...)``, an offset the compiler can only index in local memory
     (seen with ptxas: a 176-byte stack frame for a ResNet stem's 7x7/2 conv with its 3x3/2 pool).
 
-    Returns ``((pooled rows, pooled cols), (K, K'), (S, S'), "max" | "sum")`` or None.
+    Returns ``((pooled rows, pooled cols), (K, K'), (S, S'), overhang, "max" | "sum")`` or None.
     """
     block = sch.get(pool)
     if not trivially_bound(sch, pool):
@@ -273,8 +274,11 @@ def _match_pool(  # pylint: disable=too-many-locals,too-many-return-statements
     shape = [const_int(d) for d in source.shape]
     if len(shape) != 4 or shape[:2] != [ext[n], ext[f]]:
         return None
-    # Floor mode: every window lies inside the conv output.
+    # Every window starts inside the conv output; in ceil mode the last may hang over its end
+    # (the pool's guard stays in E: those positions are never read).
+    overhang = False
     for pooled, s, k, extent in zip((ext[p], ext[q]), stride, window, shape[2:]):
-        if (pooled - 1) * s + k > extent:
+        if (pooled - 1) * s >= extent:
             return None
-    return (ext[p], ext[q]), window, stride, kind
+        overhang = overhang or (pooled - 1) * s + k > extent
+    return (ext[p], ext[q]), window, stride, overhang, kind

@@ -7,9 +7,10 @@ TIR, not from names: an optional padding block, one convolution ``conv[n, f, y, 
 y*sh + ry*dh, x*sw + rx*dw] * weight[f, rc, ry, rx]`` (groups = 1, weight ``[F, C, KH, KW]``; a
 1x1 conv too), an element-wise chain (bias, ReLU, BatchNorm, ...), one window reduction
 ``pool[n, f, p, q] = max|sum(pool, E(conv[n, f, p*S + rv0, q*S' + rv1]))`` over a ``K x K'``
-window with stride ``S <= K`` (the 2x2/2 pools of VGG, the overlapping 3x3/2 pools of AlexNet and
-Inception), floor mode without padding (a padded pool is declined: see
-:func:`.match._match_pool`), and an optional element-wise tail (the average's division). :func:`supports_pair` answers the same for the conv
+window with stride ``S <= K`` (the 2x2/2 pools of VGG, the overlapping 3x3/2 pools of AlexNet,
+Inception and GoogLeNet), unpadded, in floor or ceil mode (the last window's overhang is read under
+the pool's guard; a padded pool is declined: see :func:`.match._match_pool`), and an optional
+element-wise tail (the average's division). :func:`supports_pair` answers the same for the conv
 and pool PrimFuncs before fusion, for a fusion policy, and :func:`pair_plan` gives the policy the
 plan (threads, registers, shared memory per block) this rule would run them with on a target. The
 matching is in :mod:`.conv_pool_match`.
@@ -98,7 +99,7 @@ def supports_pair(producer: tirx.PrimFunc, consumer: tirx.PrimFunc) -> bool:
     For a fusion policy: fusing a pair this rule then declines leaves dlight a conv and a pool in
     one PrimFunc, which it can only split into two untiled kernels. The producer must hold one
     conv this rule matches (groups = 1, its limits on kernel and stride), the consumer one window
-    reduction of its input, stride at most the window, floor mode without padding.
+    reduction of its input, stride at most the window, without padding (ceil mode allowed).
     """
     return pair_problem(producer, consumer, ConvPool.Config()) is not None
 

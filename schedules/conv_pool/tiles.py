@@ -40,6 +40,8 @@ class ConvPoolProblem:  # pylint: disable=too-many-instance-attributes
     weight_read_index: int
     #: the pool's stride (None: the window, windows that do not overlap)
     pool_stride: Optional[Tuple[int, int]] = None
+    #: a ceil-mode pool's last window hangs over the conv output (read under a guard)
+    pool_overhang: bool = False
 
     @property
     def pool_strides(self) -> Tuple[int, int]:
@@ -138,6 +140,9 @@ _ISSUE_EFFICIENCY = (0.75, 0.0625)
 _SCHEDULERS_PER_MULTIPROCESSOR = 4
 #: Registers besides the accumulators and the input window: addresses, counters, the epilogue.
 _REGISTER_BASE = 24
+#: And a ceil-mode pool's guard on its last window (ptxas, sm_90: a 50-accumulator tile estimated
+#: at 125 took 128 and spilled 4 bytes with it).
+_GUARD_REGISTERS = 4
 
 
 def tile_registers(problem: ConvPoolProblem, cv: int, rows: int, cols: int, unroll: int) -> int:
@@ -158,7 +163,8 @@ def tile_registers(problem: ConvPoolProblem, cv: int, rows: int, cols: int, unro
         # 3x3/2 pool, five tiles of 9-50 accumulators: within 30 over and 60 under (45
         # accumulators, 234 registers).
         win_rows = rows
-    return cv * rows * cols + win_rows * win_cols + cv + _REGISTER_BASE
+    guard = _GUARD_REGISTERS if problem.pool_overhang else 0
+    return cv * rows * cols + win_rows * win_cols + cv + _REGISTER_BASE + guard
 
 
 @functools.lru_cache(maxsize=1024)
