@@ -31,6 +31,7 @@ from tvm_fusion_hw.schedules.base.tir_match import (
     var_position,
 )
 
+from .pool_padding import conv_extends
 from .tiles import ConvPoolConfig, ConvPoolProblem
 
 SBlockRV = s_tir.schedule.SBlockRV
@@ -76,7 +77,7 @@ def match_conv_pool_group(  # pylint: disable=too-many-return-statements,too-man
         return None
 
     pooled = _match_pool(sch, pool, sch.get(conv).writes[0].source, config)
-    if pooled is None:
+    if pooled is None or any(pooled[3]):  # a padding unpad_pool could not move into the conv
         return None
     return _problem(conv_shape, pooled, data), pad, conv, pool, tail
 
@@ -119,7 +120,7 @@ def pair_problem(  # pylint: disable=too-many-return-statements
         pooled = _match_pool(sch, pools[0], inputs[0], config)
     except RuntimeError:  # ScheduleError, InternalError
         return None
-    if pooled is None:
+    if pooled is None or (any(pooled[3]) and not conv_extends(producer)):
         return None
     return _problem(conv_shape, pooled, data)
 
@@ -127,7 +128,7 @@ def pair_problem(  # pylint: disable=too-many-return-statements
 def _problem(conv_shape: tuple, pooled: tuple, data: tirx.Buffer) -> ConvPoolProblem:
     """The problem from ``_match_conv``'s and ``_match_pool``'s findings and the conv's input."""
     batch, out_ch, in_ch, kernel, stride, dilation, _, data_idx, weight_idx = conv_shape
-    pooled_hw, window, pool_stride, overhang, kind = pooled
+    pooled_hw, window, pool_stride, _, overhang, kind = pooled
     return ConvPoolProblem(
         batch=batch,
         in_channels=in_ch,
@@ -207,18 +208,19 @@ def _match_pool(  # pylint: disable=too-many-locals,too-many-return-statements
     pool: SBlockRV,
     source: tirx.Buffer,
     config: ConvPoolConfig,
-) -> Optional[Tuple[Tuple[int, int], Tuple[int, int], Tuple[int, int], bool, str]]:
+) -> Optional[Tuple[Tuple[int, int], Tuple[int, int], Tuple[int, int], Tuple[int, int], bool, str]]:
     """Match ``pool[n,f,p,q] = max|sum(pool[...], E)`` where every read of ``source`` (the conv
-    output, shape ``[N, F, H, W]``) in ``E`` is ``source[n, f, p*S + rv0, q*S' + rv1]`` over a
-    ``K x K'`` window with stride ``S <= K`` (windows may overlap), no padding; in ceil mode the
-    last window may hang over the end of ``H x W`` (read under the pool's guard).
+    output, shape ``[N, F, H, W]``) in ``E`` is ``source[n, f, p*S + rv0 - P, q*S' + rv1 - P']``
+    over a ``K x K'`` window with stride ``S <= K`` (windows may overlap) and padding ``P < K``; in ceil
+    mode the last window may hang over the end of ``H x W`` (read under the pool's guard).
 
-    A padded pool (a guard at the start of the conv output) is declined: TVM's ``compute_at``
-    clamps the conv outputs a thread computes to the conv's domain, so an edge thread's register
-    tile would start at ``max(0, ...)``, an offset the compiler can only index in local memory
-    (seen with ptxas: a 176-byte stack frame for a ResNet stem's 7x7/2 conv with its 3x3/2 pool).
+    In a fused PrimFunc a padding is gone once ``ConvPool.prepare`` moved it into the conv
+    (:mod:`.pool_padding`); where it could not, :func:`match_conv_pool_group` declines: TVM's
+    ``compute_at`` would clamp the conv rows an edge thread computes to the conv's domain, a
+    per-thread register-tile offset that nvcc keeps in local memory.
 
-    Returns ``((pooled rows, pooled cols), (K, K'), (S, S'), overhang, "max" | "sum")`` or None.
+    Returns ``((pooled rows, pooled cols), (K, K'), (S, S'), (P, P'), overhang, "max" | "sum")``
+    or None.
     """
     block = sch.get(pool)
     if not trivially_bound(sch, pool):
@@ -261,14 +263,16 @@ def _match_pool(  # pylint: disable=too-many-locals,too-many-return-statements
         if None in coeffs or not (
             only_coefficients(coeffs[0], {n: 1})
             and only_coefficients(coeffs[1], {f: 1})
-            and only_coefficients(coeffs[2], {p: None, r0: 1})
-            and only_coefficients(coeffs[3], {q: None, r1: 1})
+            and only_coefficients(coeffs[2][:-1] + [0], {p: None, r0: 1})
+            and only_coefficients(coeffs[3][:-1] + [0], {q: None, r1: 1})
         ):
             return None
-        strides.add((coeffs[2][p], coeffs[3][q]))
+        strides.add(((coeffs[2][p], coeffs[3][q]), (-coeffs[2][-1], -coeffs[3][-1])))
     if len(strides) != 1:
         return None
-    (stride,) = strides
+    ((stride, padding),) = strides
+    if not all(0 <= pd < k for pd, k in zip(padding, window)):
+        return None
     if not all(1 <= s <= k for s, k in zip(stride, window)):
         return None
     shape = [const_int(d) for d in source.shape]
@@ -277,8 +281,8 @@ def _match_pool(  # pylint: disable=too-many-locals,too-many-return-statements
     # Every window starts inside the conv output; in ceil mode the last may hang over its end
     # (the pool's guard stays in E: those positions are never read).
     overhang = False
-    for pooled, s, k, extent in zip((ext[p], ext[q]), stride, window, shape[2:]):
-        if (pooled - 1) * s >= extent:
+    for pooled, s, k, pd, extent in zip((ext[p], ext[q]), stride, window, padding, shape[2:]):
+        if (pooled - 1) * s - pd >= extent:
             return None
-        overhang = overhang or (pooled - 1) * s + k > extent
-    return (ext[p], ext[q]), window, stride, overhang, kind
+        overhang = overhang or (pooled - 1) * s - pd + k > extent
+    return (ext[p], ext[q]), window, stride, tuple(padding), overhang, kind

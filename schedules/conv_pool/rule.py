@@ -8,9 +8,9 @@ y*sh + ry*dh, x*sw + rx*dw] * weight[f, rc, ry, rx]`` (groups = 1, weight ``[F, 
 1x1 conv too), an element-wise chain (bias, ReLU, BatchNorm, ...), one window reduction
 ``pool[n, f, p, q] = max|sum(pool, E(conv[n, f, p*S + rv0, q*S' + rv1]))`` over a ``K x K'``
 window with stride ``S <= K`` (the 2x2/2 pools of VGG, the overlapping 3x3/2 pools of AlexNet,
-Inception and GoogLeNet), unpadded, in floor or ceil mode (the last window's overhang is read under
-the pool's guard; a padded pool is declined: see :func:`.match._match_pool`), and an optional
-element-wise tail (the average's division). :func:`supports_pair` answers the same for the conv
+Inception and GoogLeNet), in floor or ceil mode (the last window's overhang is read under the pool's
+guard), padded as after a ResNet stem (``prepare`` computes the conv over the pool's padded plane:
+:mod:`.pool_padding`), and an optional element-wise tail (the average's division). :func:`supports_pair` answers the same for the conv
 and pool PrimFuncs before fusion, for a fusion policy, and :func:`pair_plan` gives the policy the
 plan (threads, registers, shared memory per block) this rule would run them with on a target. The
 matching is in :mod:`.conv_pool_match`.
@@ -49,6 +49,7 @@ from tvm_fusion_hw.schedules.base.limits import gpu_limits
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 
 from .match import match_conv_pool_group, pair_problem
+from .pool_padding import unpad_pool
 from .shared_banks import BANKS
 from .tiles import ConvPoolConfig, ConvPoolProblem, ConvPoolTile, rank_tiles
 
@@ -75,6 +76,10 @@ class ConvPool(TiledScheduleRule):
         return ConvPool.Config()
 
     # ---- the rule: TiledScheduleRule calls these -----------------------------------------------
+    def prepare(self, func):
+        """A padded pool's padding moved into the conv (:func:`.pool_padding.unpad_pool`)."""
+        return unpad_pool(func)
+
     @staticmethod
     def match(sch, config, limits):  # pylint: disable=unused-argument
         """``(problem, *blocks)`` of the pattern in ``sch`` (surroundings inlined), or None."""
@@ -99,7 +104,8 @@ def supports_pair(producer: tirx.PrimFunc, consumer: tirx.PrimFunc) -> bool:
     For a fusion policy: fusing a pair this rule then declines leaves dlight a conv and a pool in
     one PrimFunc, which it can only split into two untiled kernels. The producer must hold one
     conv this rule matches (groups = 1, its limits on kernel and stride), the consumer one window
-    reduction of its input, stride at most the window, without padding (ceil mode allowed).
+    reduction of its input, stride at most the window; a padded pool only where the producer's
+    epilogue reads nothing else per pixel (:func:`.pool_padding.conv_extends`).
     """
     return pair_problem(producer, consumer, ConvPool.Config()) is not None
 

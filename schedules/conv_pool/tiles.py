@@ -158,11 +158,11 @@ def tile_registers(problem: ConvPoolProblem, cv: int, rows: int, cols: int, unro
     del unroll  # ptxas reuses the window's registers across unrolled channels
     win_rows, win_cols = problem.input_extent(rows, cols)
     if max(problem.stride) > 1:
-        # A strided conv's output rows share few input rows: ptxas keeps about one input row per
-        # output row live, not the window. Fitted to ptxas (nvcc 13, sm_90) on a 7x7/2 conv with a
-        # 3x3/2 pool, five tiles of 9-50 accumulators: within 30 over and 60 under (45
-        # accumulators, 234 registers).
-        win_rows = rows
+        # A strided conv's output rows share few input rows: ptxas keeps about a kernel's height
+        # of input rows live, not the window. Fitted to ptxas (nvcc 13, sm_90) on 7x7/2 convs with
+        # 3x3/2 pools: 25 accumulators took 142 registers (estimate 141), 15 took 127 (117), 45
+        # took 234 (217), 27 took 128 (199: high).
+        win_rows = min(win_rows, problem.kernel[0])
     guard = _GUARD_REGISTERS if problem.pool_overhang else 0
     return cv * rows * cols + win_rows * win_cols + cv + _REGISTER_BASE + guard
 
