@@ -77,7 +77,7 @@ def match_conv_pool_group(  # pylint: disable=too-many-return-statements,too-man
         return None
 
     pooled = _match_pool(sch, pool, sch.get(conv).writes[0].source, config)
-    if pooled is None or any(pooled[3]):  # a padding unpad_pool could not move into the conv
+    if pooled is None or any(pooled[3]) or pooled[4]:  # a padding or overhang unpad_pool left
         return None
     return _problem(conv_shape, pooled, data), pad, conv, pool, tail
 
@@ -120,7 +120,7 @@ def pair_problem(  # pylint: disable=too-many-return-statements
         pooled = _match_pool(sch, pools[0], inputs[0], config)
     except RuntimeError:  # ScheduleError, InternalError
         return None
-    if pooled is None or (any(pooled[3]) and not conv_extends(producer)):
+    if pooled is None or ((any(pooled[3]) or pooled[4]) and not conv_extends(producer)):
         return None
     return _problem(conv_shape, pooled, data)
 
@@ -128,7 +128,7 @@ def pair_problem(  # pylint: disable=too-many-return-statements
 def _problem(conv_shape: tuple, pooled: tuple, data: tirx.Buffer) -> ConvPoolProblem:
     """The problem from ``_match_conv``'s and ``_match_pool``'s findings and the conv's input."""
     batch, out_ch, in_ch, kernel, stride, dilation, _, data_idx, weight_idx = conv_shape
-    pooled_hw, window, pool_stride, _, overhang, kind = pooled
+    pooled_hw, window, pool_stride, _, _, kind = pooled
     return ConvPoolProblem(
         batch=batch,
         in_channels=in_ch,
@@ -139,7 +139,6 @@ def _problem(conv_shape: tuple, pooled: tuple, data: tirx.Buffer) -> ConvPoolPro
         dilation=dilation,
         window=window,
         pool_stride=pool_stride,
-        pool_overhang=overhang,
         pool=kind,
         dtype_bytes=max(1, DataType(str(data.dtype)).bits // 8),
         data_read_index=data_idx,
@@ -214,10 +213,10 @@ def _match_pool(  # pylint: disable=too-many-locals,too-many-return-statements
     over a ``K x K'`` window with stride ``S <= K`` (windows may overlap) and padding ``P < K``; in ceil
     mode the last window may hang over the end of ``H x W`` (read under the pool's guard).
 
-    In a fused PrimFunc a padding is gone once ``ConvPool.prepare`` moved it into the conv
-    (:mod:`.pool_padding`); where it could not, :func:`match_conv_pool_group` declines: TVM's
-    ``compute_at`` would clamp the conv rows an edge thread computes to the conv's domain, a
-    per-thread register-tile offset that nvcc keeps in local memory.
+    In a fused PrimFunc a padding or overhang is gone once ``ConvPool.prepare`` moved it into the
+    conv (:mod:`.pool_padding`); where it could not, :func:`match_conv_pool_group` declines: TVM's
+    ``compute_at`` would clamp the conv rows an edge thread computes to the conv's domain (a
+    per-thread register-tile offset that nvcc keeps in local memory, or predicated FMAs).
 
     Returns ``((pooled rows, pooled cols), (K, K'), (S, S'), (P, P'), overhang, "max" | "sum")``
     or None.

@@ -9,11 +9,13 @@ element-wise epilogue, are computed over the pool's padded plane (its input padd
 conv's stride times the pool's padding), so a window never starts outside the conv's domain. The
 pool's guard stays: the rows the conv computes in the padding (from zero input) are never chosen.
 The same values are computed (the numerics tests run both), the padding rows cost a few percent
-more conv work (2 of 114 rows for a ResNet stem).
+more conv work (2 of 114 rows for a ResNet stem). A ceil-mode pool, whose last window hangs over
+the conv output's end, is rewritten the same way (no shift): otherwise TVM predicates every
+unrolled FMA of an edge thread's conv rows.
 
 Taken only as a whole: the data's padding block, the conv, element-wise epilogue blocks that read
-nothing else per pixel (a bias, BatchNorm's per-channel scale), the pool's padding block and the
-pool, all of ``[N, C, H, W]``; anything else is returned unchanged (and ConvPool then declines the
+nothing else per pixel (a bias, BatchNorm's per-channel scale), the pool's padding block, the pool
+and its tail (an average's division), all of ``[N, C, H, W]``; anything else is returned unchanged (and ConvPool then declines the
 padded pool).
 """
 
@@ -233,13 +235,17 @@ def _find(func: tirx.PrimFunc):  # pylint: disable=too-many-return-statements
         chain.append(block)
     source = sch.get(chain[-1] if chain else conv).writes[0].source
     padding = pool_padding_of(sch.get(pool_pad), source)
-    if padding is None or not any(padding):
-        return None
+    plane = [const_int(d) for d in sch.get(pool_pad).writes[0].source.shape[2:]]
+    if padding is None or plane == [const_int(d) for d in source.shape[2:]]:
+        return None  # no padding, and no ceil-mode overhang either
     data_pads = [p for p in sch.get_producers(conv) if not is_reduction(sch.get(p))]
     if len(data_pads) != 1 or len(sch.get(data_pads[0]).iter_vars) != 4 \
             or not isinstance(sch.get(data_pads[0]).body, tirx.BufferStore):
         return None
-    if len(children) != 4 + len(chain):  # nothing else in the function
+    tail = sch.get_consumers(pool)  # an average's division
+    if len(tail) > 1 or any(is_reduction(sch.get(b)) for b in tail):
+        return None
+    if len(children) != 4 + len(chain) + len(tail):  # nothing else in the function
         return None
     return sch, data_pads[0], conv, chain, pool_pad, padding
 

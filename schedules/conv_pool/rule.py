@@ -8,9 +8,9 @@ y*sh + ry*dh, x*sw + rx*dw] * weight[f, rc, ry, rx]`` (groups = 1, weight ``[F, 
 1x1 conv too), an element-wise chain (bias, ReLU, BatchNorm, ...), one window reduction
 ``pool[n, f, p, q] = max|sum(pool, E(conv[n, f, p*S + rv0, q*S' + rv1]))`` over a ``K x K'``
 window with stride ``S <= K`` (the 2x2/2 pools of VGG, the overlapping 3x3/2 pools of AlexNet,
-Inception and GoogLeNet), in floor or ceil mode (the last window's overhang is read under the pool's
-guard), padded as after a ResNet stem (``prepare`` computes the conv over the pool's padded plane:
-:mod:`.pool_padding`), and an optional element-wise tail (the average's division). :func:`supports_pair` answers the same for the conv
+Inception and GoogLeNet), in floor or ceil mode, padded as after a ResNet stem (``prepare`` computes
+the conv over the pool's padded plane, :mod:`.pool_padding`, so that no window reads outside the
+conv), and an optional element-wise tail (the average's division). :func:`supports_pair` answers the same for the conv
 and pool PrimFuncs before fusion, for a fusion policy, and :func:`pair_plan` gives the policy the
 plan (threads, registers, shared memory per block) this rule would run them with on a target. The
 matching is in :mod:`.conv_pool_match`.
@@ -104,8 +104,8 @@ def supports_pair(producer: tirx.PrimFunc, consumer: tirx.PrimFunc) -> bool:
     For a fusion policy: fusing a pair this rule then declines leaves dlight a conv and a pool in
     one PrimFunc, which it can only split into two untiled kernels. The producer must hold one
     conv this rule matches (groups = 1, its limits on kernel and stride), the consumer one window
-    reduction of its input, stride at most the window; a padded pool only where the producer's
-    epilogue reads nothing else per pixel (:func:`.pool_padding.conv_extends`).
+    reduction of its input, stride at most the window; a padded or ceil-mode pool only where the
+    producer's epilogue reads nothing else per pixel (:func:`.pool_padding.conv_extends`).
     """
     return pair_problem(producer, consumer, ConvPool.Config()) is not None
 

@@ -40,8 +40,6 @@ class ConvPoolProblem:  # pylint: disable=too-many-instance-attributes
     weight_read_index: int
     #: the pool's stride (None: the window, windows that do not overlap)
     pool_stride: Optional[Tuple[int, int]] = None
-    #: a ceil-mode pool's last window hangs over the conv output (read under a guard)
-    pool_overhang: bool = False
 
     @property
     def pool_strides(self) -> Tuple[int, int]:
@@ -140,9 +138,6 @@ _ISSUE_EFFICIENCY = (0.75, 0.0625)
 _SCHEDULERS_PER_MULTIPROCESSOR = 4
 #: Registers besides the accumulators and the input window: addresses, counters, the epilogue.
 _REGISTER_BASE = 24
-#: And a ceil-mode pool's guard on its last window (ptxas, sm_90: a 50-accumulator tile estimated
-#: at 125 took 128 and spilled 4 bytes with it).
-_GUARD_REGISTERS = 4
 
 
 def tile_registers(problem: ConvPoolProblem, cv: int, rows: int, cols: int, unroll: int) -> int:
@@ -163,8 +158,7 @@ def tile_registers(problem: ConvPoolProblem, cv: int, rows: int, cols: int, unro
         # 3x3/2 pools: 25 accumulators took 142 registers (estimate 141), 15 took 127 (117), 45
         # took 234 (217), 27 took 128 (199: high).
         win_rows = min(win_rows, problem.kernel[0])
-    guard = _GUARD_REGISTERS if problem.pool_overhang else 0
-    return cv * rows * cols + win_rows * win_cols + cv + _REGISTER_BASE + guard
+    return cv * rows * cols + win_rows * win_cols + cv + _REGISTER_BASE
 
 
 @functools.lru_cache(maxsize=1024)
