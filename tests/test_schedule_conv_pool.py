@@ -46,11 +46,12 @@ from tvm_fusion_hw.hardware.occupancy import occupancy
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
 from tvm_fusion_hw.schedules.conv_pool.rule import ConvPool, pair_plan, supports_pair
 from tvm_fusion_hw.schedules.conv_pool import tiles as conv_pool_tiles, shared_banks
+from tvm_fusion_hw.schedules.conv_pool.pool_padding import unpad_pool
 from tvm_fusion_hw.schedules.conv_pool.tiles import ConvPoolProblem, evaluate_tile, rank_tiles
 from tvm_fusion_hw.schedules.depthwise.rule import DepthwiseConv
 from tvm_fusion_hw.plans import KernelPlan
-from tir_checks import (LLVM, assert_schedule_preserves_numerics, compile_func, cuda_source, kernels_of, prim_funcs,
-                        ptxas_kernels, run_model)
+from tir_checks import (LLVM, assert_schedule_preserves_numerics, compile_func, cuda_source, fused_funcs, kernels_of,
+                        prim_funcs, ptxas_kernels, run_model)
 
 H200 = "nvidia-h200"
 FUSED = "fused_conv2d_add_relu_max_pool2d"
@@ -219,6 +220,22 @@ def test_padded_pool_after_a_per_pixel_epilogue_input_is_declined():
     (conv,) = [f for n, f in funcs.items() if "conv" in n]
     (pool,) = [f for n, f in funcs.items() if "pool" in n]
     assert not supports_pair(conv, pool) and pair_plan(conv, pool, target) is None
+
+
+def test_unpad_pool_leaves_every_other_kernel_as_it_is():
+    """ConvPool's ``prepare`` runs on every kernel offered to the rule: layer norms, attention,
+    matmuls, convs without a padded pool come back unchanged, and none raises."""
+    target = hw.target(H200)
+    funcs = {}
+    for model in ("bert_encoder_layer", "conv_relu_pool", "dw_pw", "layernorm_residual"):
+        funcs.update({f"{model}/{n}": f for n, f in fused_funcs(model, 1, target).items()})
+    funcs["unfused pool"] = [f for n, f in prim_funcs(fused_module(import_onnx(conv_pool_model(
+        pk=3, ps=2, ppad=1, hw_=17)), target)).items() if "pool" in n][0]
+    assert len(funcs) > 10
+    for name, func in funcs.items():
+        assert unpad_pool(func).same_as(func), name
+    padded = fused_pool_func(pk=3, ps=2, ppad=1, hw_=17, cout=16)
+    assert not unpad_pool(padded).same_as(padded)
 
 
 @pytest.mark.parametrize("name,batch", [(H200, 1), (H200, 32), ("amd-mi300x", 1), ("nvidia-rtx-3060", 32)])

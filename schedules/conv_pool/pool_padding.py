@@ -46,7 +46,7 @@ def pool_padding_of(block: s_tir.SBlock, source: tirx.Buffer) -> Optional[List[i
     found = set()
     for ld in loads:
         coeffs = [linear_coefficients(i, ivars) for i in ld.indices]
-        if None in coeffs:
+        if len(coeffs) != 4 or None in coeffs:
             return None
         for axis, cf in enumerate(coeffs):
             if cf[:-1] != [int(axis == k) for k in range(4)] or (axis < 2 and cf[-1] != 0):
@@ -55,9 +55,20 @@ def pool_padding_of(block: s_tir.SBlock, source: tirx.Buffer) -> Optional[List[i
     return list(found.pop()) if len(found) == 1 else None
 
 
-def unpad_pool(func: tirx.PrimFunc) -> tirx.PrimFunc:  # pylint: disable=too-many-locals
+def unpad_pool(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """``func`` with its conv computed over the padded pool's plane (see the module docstring),
-    or ``func`` itself when it holds no padded pool after a conv in the form described there."""
+    or ``func`` itself when it holds no padded pool after a conv in the form described there.
+
+    Runs on every PrimFunc the rule is offered (ConvPool's ``prepare``): any function it cannot
+    read is returned as it is, never an error."""
+    try:
+        return _unpad_pool(func)
+    except (RuntimeError, IndexError, TypeError, ValueError):  # ScheduleError, TVMError among them
+        return func
+
+
+def _unpad_pool(func: tirx.PrimFunc) -> tirx.PrimFunc:  # pylint: disable=too-many-locals
+    """:func:`unpad_pool`, unguarded."""
     found = _find(func)
     if found is None:
         return func
@@ -153,6 +164,14 @@ def conv_extends(producer: tirx.PrimFunc) -> bool:
     """Whether :func:`unpad_pool` can move a pool's padding into ``producer`` (a conv PrimFunc,
     before fusion): the data's padding block, the conv and a per-pixel epilogue, nothing else."""
     try:
+        return _conv_extends(producer)
+    except (RuntimeError, IndexError, TypeError, ValueError):  # asked of any conv PrimFunc: never an error
+        return False
+
+
+def _conv_extends(producer: tirx.PrimFunc) -> bool:
+    """:func:`conv_extends`, unguarded."""
+    try:
         sch = s_tir.Schedule(producer)
         children = sch.get_child_blocks(get_root_block(sch))
     except Exception:  # pylint: disable=broad-except
@@ -198,7 +217,7 @@ def _kernel_reach(conv: s_tir.SBlock, data: tirx.Buffer) -> Optional[List[int]]:
     for ld in tensor_loads(conv.body):
         if ld.source.same_as(data):
             coeffs = [linear_coefficients(i, ivars) for i in ld.indices]
-            if None in coeffs or len(ivars) != 7:
+            if None in coeffs or len(ivars) != 7 or len(coeffs) != 4:
                 return None
             return [(extents[5] - 1) * coeffs[2][5] + 1, (extents[6] - 1) * coeffs[3][6] + 1]
     return None
@@ -217,6 +236,8 @@ def _find(func: tirx.PrimFunc):  # pylint: disable=too-many-return-statements
     if len(reductions) != 2:
         return None
     conv, pool = reductions
+    if len(sch.get(conv).iter_vars) != 7:  # n, f, y, x, rc, ry, rx
+        return None
     pool_reads = [r.source for r in sch.get(pool).reads if not r.source.same_as(sch.get(pool).writes[0].source)]
     producers = sch.get_producers(pool)
     if len(pool_reads) != 1 or len(producers) != 1:
@@ -261,6 +282,8 @@ def _per_pixel_epilogue(block: s_tir.SBlock, previous: tirx.Buffer) -> bool:
         if None in coeffs:
             return False
         if ld.source.same_as(previous):
+            if len(coeffs) != 4:
+                return False
             if [c[:-1] for c in coeffs] != [[int(a == k) for k in range(4)] for a in range(4)] or any(
                     c[-1] for c in coeffs):
                 return False
