@@ -7,7 +7,9 @@ thread's register tile would start at a per-thread ``max(0, ...)`` offset, which
 in local memory. :func:`unpad_pool` moves the padding into the conv instead: the conv, and its
 element-wise epilogue, are computed over the pool's padded plane (its input padded further by the
 conv's stride times the pool's padding), so a window never starts outside the conv's domain. The
-pool's guard stays: the rows the conv computes in the padding (from zero input) are never chosen.
+pool's guard stays, as a ``Select`` (TVM narrows a read region under an ``if_then_else``, which
+would clamp the register tile again): the rows the conv computes in the padding (from zero input)
+are never chosen.
 The same values are computed (the numerics tests run both), the padding rows cost a few percent
 more conv work (2 of 114 rows for a ResNet stem). A ceil-mode pool, whose last window hangs over
 the conv output's end, is rewritten the same way (no shift): otherwise TVM predicates every
@@ -15,8 +17,8 @@ unrolled FMA of an edge thread's conv rows.
 
 Taken only as a whole: the data's padding block, the conv, element-wise epilogue blocks that read
 nothing else per pixel (a bias, BatchNorm's per-channel scale), the pool's padding block, the pool
-and its tail (an average's division), all of ``[N, C, H, W]``; anything else is returned unchanged (and ConvPool then declines the
-padded pool).
+and its tail (an average's division), all of ``[N, C, H, W]``; anything else is returned
+unchanged (and ConvPool then declines the padded pool).
 """
 
 from __future__ import annotations
