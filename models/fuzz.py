@@ -341,6 +341,14 @@ REGRESSIONS: Dict[str, Program] = {
     "grouped_conv1d_strided": _chain(8375, [1, 5, 7], _conv(10, 5, [3], [2], [0, 0])),
     # depthwise conv1d with padding: stock TVM's dlight asserts; the plugin builds it
     "depthwise_conv1d_padded": _chain(0, [1, 5, 7], _conv(5, 5, [3], [1], [1, 1])),
+    # a slice that keeps the indices (x[:, :, :1]) after a matmul: TVM annotates it element-wise
+    # (the test suite's hypothesis run, 2026-12-04)
+    "matmul_slice_epilogue": Program(0, [[1, 2, 2, 2]], [
+        ["matmul", [0], {"b": "weight", "n": 2}],
+        ["add", [1], {"other": "const", "shape": [2], "swap": False}],
+        ["gelu", [2], {}],
+        ["matmul", [3], {"b": "weight", "n": 2}],
+        ["slice", [4], {"starts": [0], "ends": [1], "axes": [2], "steps": [1]}]]),
 }
 
 

@@ -17,6 +17,7 @@ from tvm_fusion_hw.plans import KernelPlan, TemplatePlanners, as_plan
 from .attention.rule import chain_plan as attention_chain_plan
 from .conv_pool.rule import pair_plan as conv_pool_pair_plan
 from .dw_pw.rule import pair_plan as dw_pw_pair_plan
+from .gemm.rule import prologue_plan as gemm_prologue_plan
 from .rules import default_rules
 
 #: Complex pairs ("producer kind->consumer kind") that a template here runs as one kernel, each
@@ -34,6 +35,15 @@ PAIR_TEMPLATES = MappingProxyType({
 #: and ``. V``, fused where every key and value of a head fits the profile's shared memory.
 CHAIN_TEMPLATES = MappingProxyType({
     "matmul->reduce->matmul": attention_chain_plan,
+})
+#: Contractions (by kind) whose template computes element-wise producers of an operand inside its
+#: loads (a prologue: an SE block's channel scale in the projecting conv's loads), with the planner
+#: the fusion policy asks (on the unfused PrimFuncs). A depthwise conv is not here: its template
+#: stages a halo tile whose loads a prologue would repeat.
+PROLOGUE_TEMPLATES = MappingProxyType({
+    "conv": gemm_prologue_plan,
+    "pointwise_conv": gemm_prologue_plan,
+    "matmul": gemm_prologue_plan,
 })
 #: The pairs (and chains) the policy considers by default; its ``pair_templates`` knob names others. Each still
 #: has to fit the profile, and a pair whose template's model was measured (depthwise_conv->pointwise_conv,
@@ -67,4 +77,4 @@ def kernel_plan(func: Optional[tirx.PrimFunc], target: Target,
 def template_planners() -> TemplatePlanners:
     """What this package's templates tell the fusion policy (a new, immutable object each call)."""
     return TemplatePlanners(pairs=PAIR_TEMPLATES, fused_by_default=FUSED_PAIR_TEMPLATES,
-                            kernel_plan=kernel_plan, chains=CHAIN_TEMPLATES)
+                            kernel_plan=kernel_plan, chains=CHAIN_TEMPLATES, prologues=PROLOGUE_TEMPLATES)

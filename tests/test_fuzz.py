@@ -193,6 +193,10 @@ REGRESSION_NOTES = {
                                "dlight's schedules alone and hands it to GeneralReduction",
     "grouped_conv1d_strided": "the same LowerCrossThreadReduction failure on a grouped conv1d (stock too), "
                               "handed on the same way",
+    "matmul_slice_epilogue": "ImplicitGemm (and dlight's Matmul) raised 'consumers of the cache-write stage "
+                             "that are not properly inlined' on matmul + strided_slice: TVM annotates a slice "
+                             "that keeps the indices element-wise; such epilogues now stay apart "
+                             "(fusion/policy.py)",
 }
 XFAIL: dict = {}  # none left: the two below failed in stock TVM too, until 2026-12-01
 

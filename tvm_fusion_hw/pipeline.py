@@ -22,6 +22,7 @@ from .errors import FusionHWError
 from .fusion.dead_blocks import EliminateDeadBlocks
 from .fusion.fuse_pass import HardwareAwareFuseOps
 from .fusion.policy import PairRefusal
+from .fusion.prologue_rule import GEMM_PROLOGUE
 from .guarded_schedule import GuardedSchedule, dlight_rules
 from .hardware.profile import HardwareProfile
 from .hardware.target import check_target_profile
@@ -172,7 +173,7 @@ _MAX_PAIR_RETRIES = 3
 
 
 def unscheduled_pairs(report, schedule: GuardedSchedule) -> Tuple[PairRefusal, ...]:
-    """The fused complex pairs (and attention chains) of ``report`` whose kernel no template
+    """The fused complex pairs (attention chains, GEMM prologues) of ``report`` whose kernel no template
     scheduled: a template failed on it (the schedule's log shows the fallback), or none of the
     pipeline's templates took it (a ``schedules=`` list without the pair's template: dlight's rules
     would run the fused kernel untiled). Each as a refusal, the failure its reason."""
@@ -192,7 +193,7 @@ def unscheduled_pairs(report, schedule: GuardedSchedule) -> Tuple[PairRefusal, .
         ops = set(group.ops)
         for decision in report.decisions:
             fig = decision.figures
-            if decision.rule != "complex-pair" or not decision.fused or "producer_ops" not in fig:
+            if decision.rule not in ("complex-pair", GEMM_PROLOGUE) or not decision.fused or "producer_ops" not in fig:
                 continue
             if set(fig["producer_ops"]) | set(fig["consumer_ops"]) <= ops:
                 refused.append(PairRefusal(tuple(fig["producer_ops"]), tuple(fig["consumer_ops"]), reason))

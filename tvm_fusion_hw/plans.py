@@ -135,16 +135,23 @@ class TemplatePlanners:
         ``"first kind->middle kind->last kind"`` -> a planner ``plan(first, middle, last, target)
         -> plan | None`` of three complex ops run as one kernel (attention: ``matmul->reduce->matmul``);
         the policy considers those of them ``fused_by_default`` (or its ``pair_templates`` knob) names.
+    prologues : Mapping[str, Callable]
+        A contraction's kind (``"pointwise_conv"``) -> a planner ``plan(producers, consumer,
+        operand, target) -> plan | None``: the plan of the contraction's PrimFunc ``consumer`` with
+        the element-wise PrimFuncs ``producers`` of its argument ``operand`` computed inside its
+        loads (a prologue), None where the template cannot run it.
     """
 
     pairs: Mapping[str, Callable] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     fused_by_default: Tuple[str, ...] = ()
     kernel_plan: Callable[[tirx.PrimFunc, Target], Optional[KernelPlan]] = _no_kernel_plan
     chains: Mapping[str, Callable] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    prologues: Mapping[str, Callable] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self):
         object.__setattr__(self, "pairs", MappingProxyType(dict(self.pairs)))
         object.__setattr__(self, "chains", MappingProxyType(dict(self.chains)))
+        object.__setattr__(self, "prologues", MappingProxyType(dict(self.prologues)))
         object.__setattr__(self, "fused_by_default", tuple(self.fused_by_default))
 
 

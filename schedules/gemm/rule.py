@@ -41,8 +41,9 @@ about 39 TFLOP/s (1.64 ms for the layer, torch.compile's cuBLAS 1.58).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import tvm
 from tvm import s_tir, tirx
@@ -54,6 +55,9 @@ from tvm.s_tir.dlight.gpu.matmul import (
 )
 from tvm.target import Target
 
+from tvm_fusion_hw.plans import KernelPlan, as_plan
+from tvm_fusion_hw.schedules.base.limits import gpu_limits
+from tvm_fusion_hw.schedules.base.prologue import func_instructions, operand_instructions
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int
 
@@ -160,6 +164,7 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
     # a vector copy also needs every row of the operand to start on a vector boundary
     vector_inner = tuple(_last_index_is_spatial(stmt, i, bare=True) and _rows_align(stmt, i, _ASYNC_VECTOR)
                          for i in (0, 1))
+    prologue = (operand_instructions(sch, gemm, 0), operand_instructions(sch, gemm, 1))
 
     # dlight's normalisation: C[S, I, J] += A[S, I, K] * B[S, J, K] (K may be one element: .normalize)
     reindex_a = sch.reindex(gemm, ("read", 0))
@@ -178,8 +183,35 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
     if rows == 1 or cols == 1:
         return None  # a GEMV: RowReduction (rows of W contiguous along K) or dlight (a reduction per output)
     problem = GemmProblem(batch, rows, cols, depth, 4, rows_contiguous, spatial_inner, vector_inner,
-                          exact_cols=_shares_output_axis(stmt))
+                          exact_cols=_shares_output_axis(stmt), prologue_instructions=prologue)
     return problem, gemm
+
+
+def prologue_plan(producers: Sequence[tirx.PrimFunc], consumer: tirx.PrimFunc, operand: int,
+                  target: Target) -> Optional[KernelPlan]:
+    """The plan ImplicitGemm would run ``consumer`` (a conv or matmul, unfused) with on ``target``
+    once the element-wise ``producers`` of its argument ``operand`` (0: the data or left matrix,
+    the GEMM's A; 1: the weights or right matrix, B) are fused into its loads; None when the rule
+    does not take the GEMM.
+
+    The same problem as the fused PrimFunc's (the test suite checks that the rule's own plan of
+    the fused kernel agrees), with the producers' work in every copy of that operand and no
+    ``cp.async``: the copy computes.
+    """
+    rule = ImplicitGemm()
+    if operand not in (0, 1) or not isinstance(target, Target) or not rule.is_target_available(target):
+        return None
+    planned = rule.plan(consumer, target)
+    if planned is None:
+        return None
+    problem = planned[0]
+    work = list(problem.prologue_instructions)
+    # at least one instruction: a producer that only copies (a cast-free reshape) still stops cp.async
+    work[operand] += max(1, sum(func_instructions(f) for f in producers))
+    with target:
+        tiles = rank_tiles(dataclasses.replace(problem, prologue_instructions=tuple(work)),
+                           gpu_limits(target), rule.get_config(target))
+    return as_plan(tiles[0], "ImplicitGemm") if tiles else None
 
 
 def _last_axis_goes_to_rows(c_map: tirx.IndexMap, ndim: int) -> bool:

@@ -186,6 +186,15 @@ class GemmProblem:
     #: J must not be padded: the output indexes one axis by S and J together (a grouped conv's
     #: channel g * J + o), so a padded column would write the next group's outputs
     exact_cols: bool = False
+    #: A, B: instructions an element's copy into shared memory computes besides the copy (an
+    #: element-wise prologue inlined into the loads, :mod:`..base.prologue`); 0: a plain copy
+    prologue_instructions: Tuple[int, int] = (0, 0)
+
+    @property
+    def computes_operands(self) -> bool:
+        """Whether a staged operand is computed, not copied: then no ``cp.async`` (TVM would issue
+        the computed copy as synchronous loads inside the pipeline, its latency exposed every step)."""
+        return any(self.prologue_instructions)
 
     @property
     def flops(self) -> int:
@@ -293,7 +302,7 @@ def _tiles_of(problem, limits, config, thread_rows, thread_cols, micro_rows, mic
     # (prefetch, by cp.async, stages): none, through registers, and by cp.async where enabled;
     # a K loop of one step has nothing to overlap its loads with
     ways = ([] if only_async else [(False, False, 1)] + ([] if steps == 1 else [(True, False, 1)]))
-    if config.async_copy and problem.depth // split_k >= _MIN_ASYNC_DEPTH:
+    if config.async_copy and problem.depth // split_k >= _MIN_ASYNC_DEPTH and not problem.computes_operands:
         ways += [(True, True, s) for s in config.async_stages if s <= steps]
     slow_threads = thread_cols if problem.rows_contiguous else thread_rows
     fast_threads = thread_rows if problem.rows_contiguous else thread_cols
@@ -379,8 +388,10 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     # loads, and each K step a cooperative global->shared copy of (BM+BN)*BK elements and two barriers.
     fma = micro_rows * micro_cols
     per_k = fma + (micro_rows + micro_cols) // vector_width
-    # a load and a store an element; cp.async is one instruction
-    copy_per_step = math.ceil((block_rows + block_cols) * depth_step / threads) * (1 if async_copy else 2) + 4
+    # a load and a store an element (cp.async is one instruction), and a prologue's work
+    prologue_a, prologue_b = problem.prologue_instructions
+    copy_per_step = math.ceil((block_rows + block_cols) * depth_step / threads) * (1 if async_copy else 2) + 4 \
+        + math.ceil((block_rows * prologue_a + block_cols * prologue_b) * depth_step / threads)
     steps = padded_depth // split_k // depth_step
     warp_instr_per_block = (threads // limits.profile.warp_size) * steps * (depth_step * per_k + copy_per_step)
 

@@ -20,7 +20,9 @@ Number = Union[int, float, str]
 class Decision:
     """One fusion decision between a producer group and a consumer group."""
 
-    rule: str  # "chain", "epilogue", "prologue", "reduction-epilogue", "complex-pair", "depth", "feedback-split"
+    #: "chain", "epilogue", "prologue", "reduction-epilogue", "complex-pair", "gemm-prologue", "depth",
+    #: "feedback-split"
+    rule: str
     producer: str
     consumer: str
     fused: bool

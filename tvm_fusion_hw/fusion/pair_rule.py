@@ -94,7 +94,7 @@ class ComplexPairRule:
         """
         cfg, p = self.config, self.profile
         fused = occupancy(p, plan.threads_per_block, plan.registers_per_thread, plan.shared_bytes)
-        part_plans = [self._part_plan(producer), self._part_plan(consumer)]
+        part_plans = [self.part_plan(producer), self.part_plan(consumer)]
         parts = [self._part_occupancy(g, pl) for g, pl in zip((producer, consumer), part_plans)]
         baseline, source = min(parts, key=lambda part: part[0].warps_per_multiprocessor)
         # From whole warps, so that a drop of exactly the limit is not lost to rounding.
@@ -219,7 +219,7 @@ class ComplexPairRule:
         return self.memo.get(("pair", entry, target_key(target)), (first.func, second.func),
                              lambda: ask_pair_template(entry, first.func, second.func, target))
 
-    def _part_plan(self, group: GroupView) -> Optional[KernelPlan]:
+    def part_plan(self, group: GroupView) -> Optional[KernelPlan]:
         """The plan of the package's template that would schedule a pair's part's anchor alone."""
         anchor = group.anchor()
         if anchor is None:

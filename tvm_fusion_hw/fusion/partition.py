@@ -15,7 +15,9 @@ The phases, each a walk over the graph that proposes merges to :class:`FusionPol
    never does this.
 3. Chains, prologues and scalar operands, in reverse topological order: a light group joins the
    group that consumes all of its output when that group is a chain of the same kind (a
-   memory-bound chain), a reduction (computed inside its loads), or when it only makes scalars.
+   memory-bound chain), a reduction (computed inside its loads), a contraction whose template
+   computes it inside its operand loads (a GEMM prologue, where the policy finds it pays), or
+   when it only makes scalars.
 4. Epilogues again: a chain that fans out and joins again (GELU reads x twice) is one group only
    after phase 3.
 
@@ -209,10 +211,31 @@ class Partition:
                 self.propose(self.policy.prologue, gid, target)
             elif self._is_scalar_operand(gid):
                 self.propose(self.policy.scalar_operand, gid, target)
+            elif self.max_pattern(gid) <= BROADCAST and self._contraction_operand(gid, target) is not None:
+                operand = self._contraction_operand(gid, target)
+                self.propose(lambda p, c, m, k=operand: self.policy.gemm_prologue(p, c, m, k), gid, target)
             else:
                 self.decisions.append(Decision(
                     "prologue", self.label(self.members[gid]), self.label(self.members[target]), False,
                     f"a {self.kinds(target)} template loads its operands itself: no prologue fusion"))
+
+    def _contraction_operand(self, gid: int, target: int) -> Optional[int]:
+        """Which argument (0 or 1) of ``target``'s contraction ``gid``'s one output is, when the
+        contraction is its only reader in ``target`` (a GEMM prologue's candidate); else None."""
+        anchor = self.view(self.members[target]).anchor()
+        if anchor is None or anchor.kind not in CONTRACTIONS:
+            return None
+        nodes = [i for i in self.members[target] if self.costs.node_info[i] is anchor]
+        outputs = [self.graph.nodes[i] for i in self.members[gid]
+                   if any(self.group_of[c] == target for c in self.graph.nodes[i].consumers)]
+        if len(nodes) != 1 or len(outputs) != 1:
+            return None
+        contraction, value = self.graph.nodes[nodes[0]], outputs[0].var
+        if any(c != contraction.index for c in outputs[0].consumers):
+            return None
+        args = list(contraction.call.args[1].fields)
+        positions = [k for k, arg in enumerate(args) if arg.same_as(value)]
+        return positions[0] if len(positions) == 1 and positions[0] in (0, 1) else None
 
     def _is_scalar_operand(self, gid: int) -> bool:
         """A light group that only makes a few scalars (a clip bound, an epsilon)."""

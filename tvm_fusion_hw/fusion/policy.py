@@ -18,7 +18,8 @@ from ../shared/fusion-rules.md:
    parts as their templates plan them), else the policy's tile model (the intermediate tile in
    shared memory). A pair that does not fit is staged: two kernels, one global round trip. This
    rule lives in :mod:`.pair_rule`; :meth:`FusionPolicy.complex_pair` hands pairs to it. Attention's
-   three complex ops (scores, softmax, ``. V``) are decided alike by :mod:`.chain_rule`.
+   three complex ops (scores, softmax, ``. V``) are decided alike by :mod:`.chain_rule`, and an
+   element-wise producer computed inside a contraction's operand loads by :mod:`.prologue_rule`.
 4. Feedback: a group that measured badly when built (it spilled, or lost more than
    ``max_occupancy_drop`` of its parts' occupancy; see :mod:`tvm_fusion_hw.feedback`) is listed in
    :attr:`PolicyConfig.split_groups`, and no group may then hold more than half of its ops.
@@ -46,6 +47,7 @@ from .decisions import Decision
 from .group_view import GroupView
 from .memo import ExactIRMemo
 from .pair_rule import ComplexPairRule
+from .prologue_rule import GemmPrologueRule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +121,9 @@ class PolicyConfig:  # pylint: disable=too-many-instance-attributes
     #: for templates whose model was measured); False fuses every pair that fits, e.g. to measure
     #: the fused kernel where the model says it loses
     pair_cost: bool = True
+    #: compute element-wise producers of a contraction's operand inside its loads where its template
+    #: plans it (fusion/prologue_rule.py: an SE block's scale in the projecting conv); stock never does
+    gemm_prologues: bool = True
     #: let an epilogue take ops TVM annotates injective when the TIR shows them element-wise in
     #: the epilogue's value (inference batch_norm); stock FuseOps stops at them
     injective_epilogues: bool = True
@@ -153,6 +158,7 @@ class FusionPolicy:
         # rule 3; ``memo`` remembers the templates' plans for the same PrimFuncs (.memo)
         self.pairs = ComplexPairRule(profile, self.config, planners, self.estimate_registers, memo)
         self.chains = AttentionChainRule(self.pairs)  # rule 3 for attention's three complex ops
+        self.prologues = GemmPrologueRule(self.pairs)  # element-wise producers in a contraction's loads
         self.depth_cap = min(
             self.config.max_depth,
             max(1, (self.register_budget - self.config.base_registers) // self.config.registers_per_fused_op),
@@ -251,6 +257,16 @@ class FusionPolicy:
             return Decision(rule, producer.label, consumer.label, False,
                             f"the epilogue writes {widest / anchor.output_bytes:.0f}x the {anchor.kind}'s "
                             f"outputs (a broadcast of them): it runs as its own kernel", self._figures(merged))
+        narrowest = min((_widest_output_bytes(i) / i.element_bytes for i in consumer.infos if i.element_bytes),
+                        default=0)
+        if anchor is not None and anchor.kind in CONTRACTIONS and anchor.output_bytes and not anchor.symbolic \
+                and narrowest < anchor.output_bytes / anchor.element_bytes:
+            # TVM annotates a slice that keeps the indices (x[:, :, :1]) element-wise, but it reads
+            # part of the output: a template's epilogue is inlined over every output element, so
+            # it cannot take one that covers fewer (ImplicitGemm and dlight's Matmul both fail)
+            return Decision(rule, producer.label, consumer.label, False,
+                            f"the epilogue writes fewer elements than the {anchor.kind}'s outputs (a slice of "
+                            f"them): it runs as its own kernel", self._figures(merged))
         if anchor is not None and anchor.reduction_extents and math.prod(anchor.reduction_extents) == 1:
             # A reduction over one element (a 1x1 conv of one input channel). No template takes
             # it, and dlight's Fallback (TVM 0.27) inlines a fused epilogue into both its init and
@@ -271,6 +287,12 @@ class FusionPolicy:
         """Attention's scores, softmax and ``. V`` in one kernel (rule 3 for three complex ops:
         :class:`~.chain_rule.AttentionChainRule` decides); ``producer`` is the first two merged."""
         return self.chains.decide(scores, softmax, output, producer, merged, self._figures(merged))
+
+    def gemm_prologue(self, producer: GroupView, consumer: GroupView, merged: GroupView,
+                      operand: int) -> Decision:
+        """Element-wise ``producer`` computed inside the operand loads of ``consumer``'s contraction
+        (its argument ``operand``): :class:`~.prologue_rule.GemmPrologueRule` decides."""
+        return self.prologues.decide(producer, consumer, merged, operand, self._figures(merged))
 
     def feedback_split(self, producer: GroupView, consumer: GroupView, merged: GroupView,
                        op_names: Sequence[str]) -> Optional[Decision]:
