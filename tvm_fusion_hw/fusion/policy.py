@@ -257,7 +257,8 @@ class FusionPolicy:
             return Decision(rule, producer.label, consumer.label, False,
                             f"the epilogue writes {widest / anchor.output_bytes:.0f}x the {anchor.kind}'s "
                             f"outputs (a broadcast of them): it runs as its own kernel", self._figures(merged))
-        narrowest = min((_widest_output_bytes(i) / i.element_bytes for i in consumer.infos if i.element_bytes),
+        narrowest = min((_widest_output_bytes(i) / i.element_bytes for i in consumer.infos
+                         if i.element_bytes and i.output_bytes),  # a tuple's item writes nothing
                         default=0)
         if anchor is not None and anchor.kind in CONTRACTIONS and anchor.output_bytes and not anchor.symbolic \
                 and narrowest < anchor.output_bytes / anchor.element_bytes:
