@@ -119,6 +119,39 @@ def test_the_scale_joins_the_conv_only_with_the_rule():
     assert len(refused) == 1 and not refused[0].fused and "depthwise_conv" in refused[0].reason
 
 
+def _producer_chain_module(kind):
+    """``conv(slice(concat(x, x, x)))`` (a ghost module's channel slice) or ``conv(x * s + 1)``."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 48 if kind == "slice" else 96, 14, 14), "float32"))
+    s = relax.Var("s", relax.TensorType((2, 96, 1, 1), "float32"))
+    w = relax.Var("w", relax.TensorType((24, 96, 1, 1), "float32"))
+    with bb.function("main", [x, s, w]):
+        with bb.dataflow():
+            if kind == "slice":
+                cat = bb.emit(relax.op.concat([x, x, x], axis=1))
+                operand = bb.emit(relax.op.strided_slice(cat, axes=[1], begin=[0], end=[96]))
+            else:
+                scaled = bb.emit(relax.op.multiply(x, s))
+                operand = bb.emit(relax.op.add(scaled, relax.const(1.0, "float32")))
+            out = bb.emit_output(relax.op.nn.conv2d(operand, w))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_producer_is_offered_with_its_chain():
+    """Prologues are proposed after the chains: a slice of a concatenation stays with the
+    concatenation (one kernel writing the slice; offered alone, the slice would take the conv and
+    leave the concatenation writing every channel), and two element-wise ops join the conv together."""
+    target = hw.target(H200)
+    fuse = hw.fusion_pass(target)
+    assert kernels(_producer_chain_module("slice"), fuse) == ["conv2d", "fused_concatenate_strided_slice"]
+    assert not [d for d in fuse.report.decisions if d.rule == GEMM_PROLOGUE and d.fused]
+    fuse = hw.fusion_pass(target)
+    assert kernels(_producer_chain_module("chain"), fuse) == ["fused_multiply_add_conv2d"]
+    (decision,) = [d for d in fuse.report.decisions if d.rule == GEMM_PROLOGUE]
+    assert decision.fused and decision.producer == "multiply+add"
+
+
 @pytest.mark.parametrize("operand", [0, 1])
 def test_a_matmul_takes_a_prologue_on_either_operand(operand):
     target = hw.target(H200)

@@ -15,11 +15,12 @@ The phases, each a walk over the graph that proposes merges to :class:`FusionPol
    never does this.
 3. Chains, prologues and scalar operands, in reverse topological order: a light group joins the
    group that consumes all of its output when that group is a chain of the same kind (a
-   memory-bound chain), a reduction (computed inside its loads), a contraction whose template
-   computes it inside its operand loads (a GEMM prologue, where the policy finds it pays), or
-   when it only makes scalars.
+   memory-bound chain), a reduction (computed inside its loads), or when it only makes scalars.
 4. Epilogues again: a chain that fans out and joins again (GELU reads x twice) is one group only
    after phase 3.
+5. GEMM prologues, in reverse topological order: an element-wise group, its chain complete, joins
+   the contraction that reads it as an operand where the contraction's template computes it
+   inside its loads and the policy finds it pays.
 
 A producer only ever joins a group that consumes all of its outputs, and no group's value leaves
 and re-enters it, so every group stays convex and the grouped module stays acyclic.
@@ -132,6 +133,7 @@ class Partition:
         self._complex_pairs()
         self._chains()
         self._epilogues()  # phase 4: fan-out chains formed in phase 3
+        self._gemm_prologues()
         return self
 
     def _attach_projections(self) -> None:
@@ -212,12 +214,24 @@ class Partition:
             elif self._is_scalar_operand(gid):
                 self.propose(self.policy.scalar_operand, gid, target)
             elif self.max_pattern(gid) <= BROADCAST and self._contraction_operand(gid, target) is not None:
-                operand = self._contraction_operand(gid, target)
-                self.propose(lambda p, c, m, k=operand: self.policy.gemm_prologue(p, c, m, k), gid, target)
+                continue  # phase 5, once the chains that feed it have formed
             else:
                 self.decisions.append(Decision(
                     "prologue", self.label(self.members[gid]), self.label(self.members[target]), False,
                     f"a {self.kinds(target)} template loads its operands itself: no prologue fusion"))
+
+    def _gemm_prologues(self) -> None:
+        # After the chains: a slice offered alone would take the contraction while the concat that
+        # feeds it stays apart, writing the whole tensor; offered with its chain, the group is
+        # injective and stays apart as one kernel writing the slice.
+        for node in reversed(self.graph.nodes):
+            gid = self.group_of[node.index]
+            if node.index != max(self.members[gid]) or self.max_pattern(gid) > BROADCAST:
+                continue
+            target = self.consumer_group(gid)
+            operand = None if target is None else self._contraction_operand(gid, target)
+            if operand is not None:
+                self.propose(lambda p, c, m, k=operand: self.policy.gemm_prologue(p, c, m, k), gid, target)
 
     def _contraction_operand(self, gid: int, target: int) -> Optional[int]:
         """Which argument (0 or 1) of ``target``'s contraction ``gid``'s one output is, when the
