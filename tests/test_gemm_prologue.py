@@ -152,6 +152,31 @@ def test_a_producer_is_offered_with_its_chain():
     assert decision.fused and decision.producer == "multiply+add"
 
 
+def test_the_profile_decides_a_large_scale():
+    """EfficientNet-B0's last SE scale at batch 32 (32x1152x7x7 into a 1152->320 conv): its round
+    trip is small against the conv, so on the H200 (ridge 14 FLOP/B) the fused kernel's measured
+    extra work (fusion/calibrations.py) costs more than it saves and the two stay apart; on the RTX
+    3060 (ridge 35 FLOP/B, bandwidth short) the same round trip costs more and they fuse."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((32, 1152, 7, 7), "float32"))
+    s = relax.Var("s", relax.TensorType((32, 1152, 1, 1), "float32"))
+    w = relax.Var("w", relax.TensorType((320, 1152, 1, 1), "float32"))
+    with bb.function("main", [x, s, w]):
+        with bb.dataflow():
+            scaled = bb.emit(relax.op.multiply(x, s))
+            out = bb.emit_output(relax.op.nn.conv2d(scaled, w))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    decisions = {}
+    for profile in (H200, "nvidia-rtx-3060"):
+        fuse = hw.fusion_pass(hw.target(profile))
+        decisions[profile] = (kernels(mod, fuse), next(d for d in fuse.report.decisions if d.rule == GEMM_PROLOGUE))
+    (h200_kernels, h200), (rtx_kernels, rtx) = decisions[H200], decisions["nvidia-rtx-3060"]
+    assert h200_kernels == ["conv2d", "multiply"] and rtx_kernels == ["fused_multiply_conv2d"]
+    assert "ridge 14.0 FLOP/B < break-even" in h200.reason and "ridge 35.4 FLOP/B >= break-even" in rtx.reason
+    assert h200.figures["break_even_ridge_flop_per_byte"] > 14.0 and rtx.figures["break_even_ridge_flop_per_byte"] < 35.4
+
+
 @pytest.mark.parametrize("operand", [0, 1])
 def test_a_matmul_takes_a_prologue_on_either_operand(operand):
     target = hw.target(H200)

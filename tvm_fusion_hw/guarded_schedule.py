@@ -151,8 +151,8 @@ def build_together(funcs: Dict[str, tirx.PrimFunc], target: Target) -> tvm.runti
     (:func:`verify_host`); a CPU target is built as it is."""
     for name, func in funcs.items():
         if stores_outside_threads(func.body):
-            raise RuntimeError(f"a loop nest is bound to no GPU thread: it would run on the host over device "
-                               f"memory" + ("" if len(funcs) == 1 else f" ({name})"))
+            raise RuntimeError("a loop nest is bound to no GPU thread: it would run on the host over device "
+                               "memory" + ("" if len(funcs) == 1 else f" ({name})"))
     mod = tvm.IRModule({name: func.with_attr("global_symbol", name) for name, func in funcs.items()})
     if target.get_target_device_type() == tvm_ffi.DLDeviceType.kDLCPU:
         return tvm.tirx.build(mod, target=target)

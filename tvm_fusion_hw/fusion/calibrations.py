@@ -22,6 +22,9 @@ class Calibration:
     apart: tuple[tuple[str, float, float], ...]
     #: (kernel, compulsory bytes, measured us, bandwidth B/s) of memory-bound kernels measured there
     streaming: tuple[tuple[str, float, float, float], ...]
+    #: (kernel, measured us) of kernels too small for their bytes or FLOPs to show: what any kernel
+    #: costs there (launch and tail); none measured: no such floor
+    smallest: tuple[tuple[str, float], ...] = ()
 
     @property
     def k_fused(self) -> float:
@@ -32,6 +35,11 @@ class Calibration:
     def k_apart(self) -> float:
         """Median measured / modelled time of the unfused pairs."""
         return statistics.median(m / p for _, m, p in self.apart)
+
+    @property
+    def kernel_floor_s(self) -> float:
+        """Median time of the smallest kernels: no kernel of that run took less."""
+        return statistics.median(us for _, us in self.smallest) * 1e-6 if self.smallest else 0.0
 
     @property
     def dram_efficiency(self) -> float:
@@ -49,13 +57,20 @@ _H200_CONV_POOL = ("bench/results/2026-12-02-h200-corpus-6/conv_pool_calibration
                    "nvidia-h200 profile; VGG-11 b1 conv2d5 remodelled at 03cd47f (its tile now splits K 8 "
                    "and prefetches, the one measured split K 4 without)")
 
+_H200_PROLOGUE = ("bench/results/2026-12-04-h200-gemm-prologues/calibration.md (H200, measured per kernel) "
+                  "against the templates' models at commit d05eb3b on the nvidia-h200 profile")
+
 #: Measured model errors, keyed by the fused plan's template. DepthwisePointwise: the dw_pw
 #: micro-graph (32x144x56x56 -> 24) and MobileNetV2's four pairs fused in that run, batch 1 and 32;
 #: apart, the same pairs as DepthwiseConv + ImplicitGemm (the rows whose both kernels were listed).
 #: Streaming: the depthwise kernels at batch 32 (input + output, 4.8 TB/s). ConvPool: VGG-11's five
 #: pairs and conv_relu_pool, batch 1 and 32; apart, their convs as ImplicitGemm plans them (the
 #: pools are streaming kernels, costed at their DRAM floor). Streaming: VGG-11's first two pools
-#: at batch 32, built apart.
+#: at batch 32, built apart. ImplicitGemm (its plans with a GEMM prologue, fusion/prologue_rule.py):
+#: the squeeze-and-excitation scales of EfficientNet-B0, MobileNetV3-L/S, RegNetY-400MF and GhostNet
+#: in their projecting 1x1 convs, batch 1 and 32; apart, the same convs alone. Streaming: the scales
+#: of 48 MB or more at batch 32, built apart (smaller ones stay in the 50 MB L2, or take a launch).
+#: Smallest: each model's fastest scale at batch 1, built apart (per call, no CUDA graphs).
 CALIBRATIONS: dict[str, Calibration] = {
     "DepthwisePointwise": Calibration(
         source=_H200_DW_PW,
@@ -103,6 +118,104 @@ CALIBRATIONS: dict[str, Calibration] = {
         streaming=(
             ("vgg11_bn b32 max_pool2d", 4.0 * 32 * 64 * (224 * 224 + 112 * 112), 118.46, 4.8e12),
             ("vgg11_bn b32 max_pool2d1", 4.0 * 32 * 128 * (112 * 112 + 56 * 56), 60.85, 4.8e12),
+        ),
+    ),
+    "ImplicitGemm": Calibration(
+        source=_H200_PROLOGUE,
+        fused=(
+            ("efficientnet_b0 b1 conv2d4", 4.58, 0.60), ("efficientnet_b0 b1 conv2d9", 4.52, 1.70),
+            ("efficientnet_b0 b1 conv2d14", 6.36, 2.80), ("efficientnet_b0 b1 conv2d16", 5.44, 2.80),
+            ("efficientnet_b0 b1 conv2d21", 7.38, 4.50), ("efficientnet_b0 b1 conv2d23", 7.26, 4.50),
+            ("efficientnet_b0 b1 conv2d28", 13.72, 7.60), ("efficientnet_b0 b1 conv2d30", 13.88, 7.60),
+            ("efficientnet_b0 b1 conv2d35", 10.29, 6.60), ("efficientnet_b0 b1 conv2d37", 8.77, 6.50),
+            ("efficientnet_b0 b1 conv2d42", 10.25, 6.00), ("efficientnet_b0 b1 conv2d44", 11.60, 6.10),
+            ("efficientnet_b0 b32 conv2d4", 32.19, 12.70), ("efficientnet_b0 b32 conv2d9", 28.82, 14.10),
+            ("efficientnet_b0 b32 conv2d14", 49.27, 20.20), ("efficientnet_b0 b32 conv2d16", 21.80, 8.90),
+            ("efficientnet_b0 b32 conv2d21", 32.53, 14.90), ("efficientnet_b0 b32 conv2d23", 21.99, 8.00),
+            ("efficientnet_b0 b32 conv2d28", 38.10, 15.90), ("efficientnet_b0 b32 conv2d30", 36.23, 17.50),
+            ("efficientnet_b0 b32 conv2d35", 49.38, 20.50), ("efficientnet_b0 b32 conv2d37", 33.80, 14.30),
+            ("efficientnet_b0 b32 conv2d42", 44.40, 19.70), ("efficientnet_b0 b32 conv2d44", 71.61, 26.00),
+            ("mobilenet_v3_large b1 conv2d12", 5.00, 1.70), ("mobilenet_v3_large b1 conv2d17", 4.95, 2.30),
+            ("mobilenet_v3_large b1 conv2d31", 13.93, 7.60), ("mobilenet_v3_large b1 conv2d36", 10.28, 6.60),
+            ("mobilenet_v3_large b1 conv2d38", 9.54, 6.50), ("mobilenet_v3_large b1 conv2d43", 9.89, 7.60),
+            ("mobilenet_v3_large b32 conv2d12", 11.70, 5.20), ("mobilenet_v3_large b32 conv2d17", 18.26, 8.60),
+            ("mobilenet_v3_large b32 conv2d31", 36.26, 17.50),
+            ("mobilenet_v3_large b32 conv2d36", 49.65, 20.50),
+            ("mobilenet_v3_large b32 conv2d38", 29.68, 12.40),
+            ("mobilenet_v3_large b32 conv2d43", 36.82, 16.70), ("regnet_y_400mf b1 conv2d6", 4.78, 1.10),
+            ("regnet_y_400mf b1 conv2d12", 5.34, 2.30), ("regnet_y_400mf b1 conv2d12", 5.47, 2.30),
+            ("regnet_y_400mf b1 conv2d21", 6.81, 4.00), ("regnet_y_400mf b1 conv2d21", 7.08, 4.00),
+            ("regnet_y_400mf b1 conv2d30", 10.09, 7.10), ("regnet_y_400mf b1 conv2d30", 10.11, 7.10),
+            ("regnet_y_400mf b32 conv2d6", 25.21, 12.40), ("regnet_y_400mf b32 conv2d12", 23.99, 13.30),
+            ("regnet_y_400mf b32 conv2d12", 25.91, 13.30), ("regnet_y_400mf b32 conv2d21", 32.94, 12.90),
+            ("regnet_y_400mf b32 conv2d21", 33.15, 12.90), ("regnet_y_400mf b32 conv2d30", 38.55, 16.30),
+            ("regnet_y_400mf b32 conv2d30", 38.72, 16.30), ("ghostnet_100 b1 conv2d16", 3.96, 1.70),
+            ("ghostnet_100 b1 conv2d24", 4.55, 2.30), ("ghostnet_100 b1 conv2d42", 13.57, 7.60),
+            ("ghostnet_100 b1 conv2d50", 8.78, 6.50), ("ghostnet_100 b1 conv2d52", 9.29, 6.40),
+            ("ghostnet_100 b1 conv2d58", 11.36, 7.60), ("ghostnet_100 b32 conv2d16", 7.71, 3.20),
+            ("ghostnet_100 b32 conv2d24", 10.28, 5.20), ("ghostnet_100 b32 conv2d42", 45.15, 11.30),
+            ("ghostnet_100 b32 conv2d50", 62.24, 15.90), ("ghostnet_100 b32 conv2d52", 27.52, 9.70),
+            ("ghostnet_100 b32 conv2d58", 33.46, 11.90), ("mobilenet_v3_small b1 conv2d4", 4.39, 0.40),
+            ("mobilenet_v3_small b1 conv2d15", 4.38, 1.70), ("mobilenet_v3_small b1 conv2d20", 7.51, 4.50),
+            ("mobilenet_v3_small b1 conv2d25", 4.61, 2.30), ("mobilenet_v3_small b1 conv2d30", 5.57, 2.80),
+            ("mobilenet_v3_small b1 conv2d35", 7.71, 5.10), ("mobilenet_v3_small b1 conv2d40", 9.12, 5.90),
+            ("mobilenet_v3_small b32 conv2d4", 5.69, 1.70), ("mobilenet_v3_small b32 conv2d15", 11.33, 2.30),
+            ("mobilenet_v3_small b32 conv2d20", 17.75, 6.10), ("mobilenet_v3_small b32 conv2d25", 8.87, 3.00),
+            ("mobilenet_v3_small b32 conv2d30", 12.32, 3.80), ("mobilenet_v3_small b32 conv2d35", 11.46, 5.10),
+            ("mobilenet_v3_small b32 conv2d40", 22.25, 9.70),
+        ),
+        apart=(
+            ("efficientnet_b0 b1 conv2d4", 4.54, 0.60), ("efficientnet_b0 b1 conv2d9", 4.58, 1.70),
+            ("efficientnet_b0 b1 conv2d14", 5.68, 2.80), ("efficientnet_b0 b1 conv2d16", 4.52, 2.80),
+            ("efficientnet_b0 b1 conv2d21", 5.92, 4.50), ("efficientnet_b0 b1 conv2d23", 7.14, 4.50),
+            ("efficientnet_b0 b1 conv2d28", 10.20, 7.60), ("efficientnet_b0 b1 conv2d30", 10.42, 7.60),
+            ("efficientnet_b0 b1 conv2d35", 10.40, 6.50), ("efficientnet_b0 b1 conv2d37", 8.98, 6.50),
+            ("efficientnet_b0 b1 conv2d42", 9.11, 6.00), ("efficientnet_b0 b1 conv2d44", 10.56, 6.10),
+            ("efficientnet_b0 b32 conv2d4", 30.98, 11.90), ("efficientnet_b0 b32 conv2d9", 24.60, 13.50),
+            ("efficientnet_b0 b32 conv2d14", 43.14, 19.60), ("efficientnet_b0 b32 conv2d16", 21.90, 8.70),
+            ("efficientnet_b0 b32 conv2d21", 31.88, 14.50), ("efficientnet_b0 b32 conv2d23", 18.48, 7.90),
+            ("efficientnet_b0 b32 conv2d28", 31.98, 14.90), ("efficientnet_b0 b32 conv2d30", 34.76, 17.40),
+            ("efficientnet_b0 b32 conv2d35", 52.32, 20.00), ("efficientnet_b0 b32 conv2d37", 33.44, 14.30),
+            ("efficientnet_b0 b32 conv2d42", 42.93, 19.40), ("efficientnet_b0 b32 conv2d44", 66.73, 25.40),
+            ("mobilenet_v3_large b1 conv2d12", 5.10, 1.70), ("mobilenet_v3_large b1 conv2d17", 4.95, 2.30),
+            ("mobilenet_v3_large b1 conv2d31", 10.36, 7.60), ("mobilenet_v3_large b1 conv2d36", 10.30, 6.50),
+            ("mobilenet_v3_large b1 conv2d38", 9.80, 6.40), ("mobilenet_v3_large b1 conv2d43", 9.75, 7.60),
+            ("mobilenet_v3_large b32 conv2d12", 10.77, 5.10), ("mobilenet_v3_large b32 conv2d17", 16.79, 8.50),
+            ("mobilenet_v3_large b32 conv2d31", 34.69, 17.40),
+            ("mobilenet_v3_large b32 conv2d36", 52.30, 20.00),
+            ("mobilenet_v3_large b32 conv2d38", 28.81, 12.00),
+            ("mobilenet_v3_large b32 conv2d43", 32.69, 16.50), ("regnet_y_400mf b1 conv2d6", 4.59, 1.10),
+            ("regnet_y_400mf b1 conv2d12", 5.14, 2.30), ("regnet_y_400mf b1 conv2d12", 5.18, 2.30),
+            ("regnet_y_400mf b1 conv2d21", 6.61, 3.90), ("regnet_y_400mf b1 conv2d21", 7.03, 3.90),
+            ("regnet_y_400mf b1 conv2d30", 10.24, 7.00), ("regnet_y_400mf b1 conv2d30", 9.62, 7.00),
+            ("regnet_y_400mf b32 conv2d6", 24.13, 12.10), ("regnet_y_400mf b32 conv2d12", 23.78, 13.10),
+            ("regnet_y_400mf b32 conv2d12", 26.63, 13.10), ("regnet_y_400mf b32 conv2d21", 32.87, 12.60),
+            ("regnet_y_400mf b32 conv2d21", 33.63, 12.60), ("regnet_y_400mf b32 conv2d30", 42.31, 16.20),
+            ("regnet_y_400mf b32 conv2d30", 42.87, 16.20), ("ghostnet_100 b1 conv2d16", 3.87, 1.70),
+            ("ghostnet_100 b1 conv2d24", 4.79, 2.30), ("ghostnet_100 b1 conv2d42", 10.02, 7.60),
+            ("ghostnet_100 b1 conv2d50", 8.82, 6.50), ("ghostnet_100 b1 conv2d52", 8.07, 6.40),
+            ("ghostnet_100 b1 conv2d58", 9.49, 7.50), ("ghostnet_100 b32 conv2d16", 7.42, 3.10),
+            ("ghostnet_100 b32 conv2d24", 9.86, 5.00), ("ghostnet_100 b32 conv2d42", 23.62, 11.00),
+            ("ghostnet_100 b32 conv2d50", 31.76, 15.40), ("ghostnet_100 b32 conv2d52", 21.93, 9.60),
+            ("ghostnet_100 b32 conv2d58", 30.66, 11.70), ("mobilenet_v3_small b1 conv2d4", 4.73, 0.40),
+            ("mobilenet_v3_small b1 conv2d15", 4.36, 1.70), ("mobilenet_v3_small b1 conv2d20", 7.26, 4.50),
+            ("mobilenet_v3_small b1 conv2d25", 4.55, 2.30), ("mobilenet_v3_small b1 conv2d30", 5.46, 2.80),
+            ("mobilenet_v3_small b1 conv2d35", 6.23, 5.10), ("mobilenet_v3_small b1 conv2d40", 9.09, 5.90),
+            ("mobilenet_v3_small b32 conv2d4", 5.41, 1.70), ("mobilenet_v3_small b32 conv2d15", 6.84, 2.10),
+            ("mobilenet_v3_small b32 conv2d20", 14.75, 5.70), ("mobilenet_v3_small b32 conv2d25", 8.45, 2.90),
+            ("mobilenet_v3_small b32 conv2d30", 10.22, 3.60), ("mobilenet_v3_small b32 conv2d35", 10.56, 5.10),
+            ("mobilenet_v3_small b32 conv2d40", 21.53, 9.50),
+        ),
+        streaming=(
+            ("efficientnet_b0 b32 multiply2", 102764544, 28.14, 4.8e12),
+            ("efficientnet_b0 b32 multiply6", 77082624, 22.45, 4.8e12),
+            ("efficientnet_b0 b32 multiply9", 115623936, 32.10, 4.8e12),
+            ("efficientnet_b0 b32 multiply14", 48199680, 12.75, 4.8e12),
+        ),
+        smallest=(
+            ("efficientnet_b0 b1 multiply27", 4.47), ("mobilenet_v3_large b1 multiply19", 4.82),
+            ("regnet_y_400mf b1 multiply2", 4.59), ("ghostnet_100 b1 multiply10", 3.77),
+            ("mobilenet_v3_small b1 multiply9", 4.44),
         ),
     ),
 }

@@ -9,15 +9,16 @@ high ridge point, peak / bandwidth) gains from the fusion where a GPU rich in ba
 
 Both plans are costed from the templates' own plans on the profile::
 
-    fused:  t_f = max(k_fused * compute_s(fused plan),   B_fused / (eta * BW))
-    apart:  t_a = sum over the two parts of max(k_apart * time_s(part plan), B_part / (eta * BW))
+    fused:  t_f = max(k_fused * compute_s(fused plan),   B_fused / (eta * BW), t_0)
+    apart:  t_a = sum over the two parts of max(k_apart * time_s(part plan), B_part / (eta * BW), t_0)
 
 ``compute_s`` is the fused template's modelled time without its DRAM floor, ``time_s`` a part's
 modelled time (its template's; the roofline bound for a part no template plans), ``B`` the
 compulsory DRAM bytes of the fusion's own cost analysis (the two parts together move the
 intermediate's round trip more than the fused kernel), ``BW`` the profile's DRAM bandwidth. The
-``k`` are the templates' measured model errors and ``eta`` the fraction of the bandwidth a streaming
-kernel reached, both measured on an H200 (:mod:`.calibrations`, with their sources). The pair fuses
+``k`` are the templates' measured model errors, ``eta`` the fraction of the bandwidth a streaming
+kernel reached and ``t_0`` the least time a kernel took (launch and tail; 0 where the run did not
+measure it), all measured on an H200 (:mod:`.calibrations`, with their sources). The pair fuses
 where ``t_f < t_a``. The decision states it as the ridge point against the break-even ridge: the
 ridge (the profile's peak held, its bandwidth varied) at which the two plans' times meet.
 
@@ -40,14 +41,15 @@ from .calibrations import CALIBRATIONS, Calibration
 class PartCost:
     """One side of the comparison: a kernel's modelled time and its DRAM floor."""
 
-    what: str  # "DepthwiseConv plan", "roofline"
+    what: str  # "DepthwisePointwise plan", "roofline"
     modelled_s: float  # the model's time, corrected by the measured error
     floor_s: float  # compulsory bytes at the achieved bandwidth
     bytes: int
+    kernel_floor_s: float = 0.0  # what any kernel took there (launch and tail)
 
     @property
     def time_s(self) -> float:
-        return max(self.modelled_s, self.floor_s)
+        return max(self.modelled_s, self.floor_s, self.kernel_floor_s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +84,7 @@ class PairCost:
             "model_error_fused": round(cal.k_fused, 3),
             "model_error_apart": round(cal.k_apart, 3),
             "dram_efficiency": round(cal.dram_efficiency, 3),
+            "kernel_floor_us": round(cal.kernel_floor_s * 1e6, 2),
             "calibration": cal.source,
         }
 
@@ -105,11 +108,11 @@ class PairCost:
 
 
 def _part(plan: KernelPlan | None, flops: float, nbytes: int, profile: HardwareProfile,
-          k: float, eta: float, bandwidth: float) -> PartCost:
-    floor = nbytes / (eta * bandwidth)
+          k: float, cal: Calibration, bandwidth: float) -> PartCost:
+    floor = nbytes / (cal.dram_efficiency * bandwidth)
     if plan is None or plan.time_s <= 0:  # no template plans it: its roofline bound
-        return PartCost("roofline", flops / profile.peak_fp32_flop_per_s, floor, nbytes)
-    return PartCost(f"{plan.template} plan", k * plan.time_s, floor, nbytes)
+        return PartCost("roofline", flops / profile.peak_fp32_flop_per_s, floor, nbytes, cal.kernel_floor_s)
+    return PartCost(f"{plan.template} plan", k * plan.time_s, floor, nbytes, cal.kernel_floor_s)
 
 
 def pair_cost(profile: HardwareProfile, fused_plan: KernelPlan, fused_bytes: int,
@@ -120,12 +123,10 @@ def pair_cost(profile: HardwareProfile, fused_plan: KernelPlan, fused_bytes: int
     work = fused_plan.compute_s or fused_plan.time_s
     if cal is None or work <= 0 or len(parts) != 2:
         return None
-    eta = cal.dram_efficiency
-
     def costs(bandwidth: float):
         fused = PartCost(f"{fused_plan.template} plan", cal.k_fused * work,
-                         fused_bytes / (eta * bandwidth), fused_bytes)
-        return fused, tuple(_part(p, fl, b, profile, cal.k_apart, eta, bandwidth) for p, fl, b in parts)
+                         fused_bytes / (cal.dram_efficiency * bandwidth), fused_bytes, cal.kernel_floor_s)
+        return fused, tuple(_part(p, fl, b, profile, cal.k_apart, cal, bandwidth) for p, fl, b in parts)
 
     fused, apart = costs(profile.dram_bytes_per_s)
     return PairCost(fused, apart, cal, fused_plan.recompute,

@@ -11,7 +11,9 @@ element), and a computed copy cannot be a ``cp.async`` copy, so the GEMM loses t
 where the GPU has it. Which side wins follows the profile: the round trip costs bytes over the
 profile's bandwidth, the lost prefetch and the extra work cost issue time on its SMs. Both plans
 are costed as the complex-pair rule costs a pair (:mod:`.pair_cost`): the template's plan with the
-prologue against its plan of the contraction alone plus the producer at its DRAM floor.
+prologue against its plan of the contraction alone plus the producer at its DRAM floor, each kernel
+at least the least time a kernel took where the calibration measured one (a launch and its tail:
+at batch 1 the producer's own kernel costs more than its bytes).
 """
 
 from __future__ import annotations
