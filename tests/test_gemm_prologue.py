@@ -209,6 +209,20 @@ def test_the_policy_asks_the_plan_the_rule_makes(shape):
     assert asked.time_s == pytest.approx(tile.time_s)
 
 
+def test_a_computed_copy_keeps_its_loads_in_flight():
+    """Without prefetch, a tile whose threads compute more than 4 elements of an operand a K step
+    waits on their loads in turn (ptxas interleaves them with the stores), and the model says so:
+    GhostNet's scale into a 480->56 conv at batch 32 gets a tile computing at most 4 a step (or
+    prefetching), where the conv alone keeps the 8-a-step tile it measured at."""
+    producer, consumer, fused = prologue_funcs(n=32, c=480, size=14, o=56)
+    target = hw.target(H200)
+    with hw.pass_context(target):
+        _, tile = ImplicitGemm().plan(_named(fused), target)
+        _, alone = ImplicitGemm().plan(_named(consumer), target)
+    assert tile.prefetch or tile.block_rows * tile.depth_step // tile.threads <= 4
+    assert not alone.prefetch and alone.block_rows * alone.depth_step // alone.threads == 8
+
+
 def test_a_computed_operand_gets_no_cp_async_tile():
     target = hw.target(H200)
     _, _, fused = prologue_funcs(n=32, c=768, o=256)

@@ -45,6 +45,13 @@ _MIN_ASYNC_DEPTH = 256
 #: tries ``GemmConfig.async_stages``).
 _ASYNC_STAGES = 2
 
+#: Computed elements (a GEMM prologue's) a thread copies per K step whose loads ptxas keeps in
+#: flight together: with more it interleaves each one's loads, work and store, so a step without
+#: prefetch waits on a load latency per this many. On the H200 SE scales' fused 1x1 convs with 8 a
+#: step ran 1.05-1.96x the conv alone (SASS interleaved), with 4 or fewer 0.91-1.14x (loads issued
+#: first; bench/results/2026-12-04-h200-gemm-prologues).
+_COMPUTED_LOADS_IN_FLIGHT = 4
+
 #: Elements a K-major shared row is padded by: keeps 16-byte alignment and moves the transposed
 #: copy's rows 4 banks apart (a 4-way conflict on the once-per-step store, none on the reads).
 K_MAJOR_PAD = 4
@@ -405,6 +412,9 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     # Prefetching overlaps a block's own loads with its compute: max instead of sum.
     latency = config.step_latency_s + config.load_latency_s * math.ceil(
         (block_rows + block_cols) * depth_step / threads)
+    computed = math.ceil((block_rows * (prologue_a > 0) + block_cols * (prologue_b > 0)) * depth_step / threads)
+    if not prefetch and computed > _COMPUTED_LOADS_IN_FLIGHT:
+        latency *= math.ceil(computed / _COMPUTED_LOADS_IN_FLIGHT)
     # With S shared buffers a step waits for a copy issued S - 1 steps before: a share of the latency.
     hidden = latency / (stages - 1) if async_copy else latency
     lone_step = max(hidden + config.prefetch_overhead_s, step_compute) if prefetch else latency + step_compute
