@@ -17,6 +17,7 @@ from .gemm.rule import ImplicitGemm
 from .row_reduction.rule import RowReduction
 from .transpose.rule import TiledTranspose
 from .window_reduction.rule import WindowReduction
+from .winograd.rule import WinogradTransform
 
 
 def default_rules() -> List[ScheduleRule]:
@@ -25,8 +26,9 @@ def default_rules() -> List[ScheduleRule]:
     # the policy's pair_templates knob turns that pair on.
     # TiledTranspose last, as it ran on the H200 (bench/results/2026-12-02-h200-corpus-6): it
     # takes only what VectorizedElementwise declines, innermost-axis transposes.
-    # Attention only matches fused scores -> softmax -> . V PrimFuncs.
-    return [DepthwisePointwise(), Attention(), ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(),
+    # Attention only matches fused scores -> softmax -> . V PrimFuncs, WinogradTransform only the
+    # transforms' annotated blocks.
+    return [WinogradTransform(), DepthwisePointwise(), Attention(), ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(),
             WindowReduction(), VectorizedElementwise(), TiledTranspose()]
 
 

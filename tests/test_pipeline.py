@@ -48,20 +48,21 @@ def test_other_profiles_match_stock_numerics(runner, model, profile):
 
 
 def test_pipeline_differs_from_stock_only_in_fusion_and_schedules():
-    """Same passes as TVM's CUDA pipeline, in the same order: SafePower before LegalizeOps,
-    FuseOps swapped, dead blocks dropped after FuseTIR, and the schedule with the plugin's
-    templates first."""
+    """Same passes as TVM's CUDA pipeline, in the same order: the Winograd rewrite (where the
+    fusion pass's knobs ask for it) and SafePower before LegalizeOps, FuseOps swapped, dead blocks
+    dropped after FuseTIR, and the schedule with the plugin's templates first."""
     from tvm.relax.backend.cuda import pipeline as cuda
 
     target = hw.target("nvidia-h200")
     stock = [p.info.name for p in cuda.legalize_passes(target)]
     fuse = hw.fusion_pass(target)
-    for schedules in (True, False):
-        ours = [p.info.name for p in hw.pipeline.legalize_passes(target, fuse, schedules)]
+    assert hw.pipeline.winograd_pass(hw.fusion_pass(target, winograd="off")) is None
+    for schedules, winograd in ((True, hw.pipeline.winograd_pass(fuse)), (False, None)):
+        ours = [p.info.name for p in hw.pipeline.legalize_passes(target, fuse, schedules, winograd=winograd)]
         expected = []
         for name in stock:
             if name == "LegalizeOps":
-                expected.append("SafePower")
+                expected += (["WinogradConv2d"] if winograd is not None else []) + ["SafePower"]
             renamed = {"FuseOps": "HardwareAwareFuseOps", "ApplyDefaultSchedule": "GuardedSchedule" if schedules
                        else "ApplyDefaultSchedule"}
             expected.append(renamed.get(name, name))

@@ -30,6 +30,7 @@ from .hardware.toolchain import configure_rocm
 from .safe_power import SafePower
 from .schedules import default_rules, template_planners
 from .schedules.gemm.rule import ASYNC_COPY_CONFIG, supports_async_copy
+from .winograd_conv import WinogradConv2d
 
 BACKENDS = {"cuda": cuda_pipeline, "rocm": rocm_pipeline, "llvm": cpu_pipeline}
 
@@ -70,14 +71,27 @@ def schedule_pass(rules: Optional[Sequence] = None, verify: str = "build") -> Gu
     return GuardedSchedule(default_rules() if rules is None else rules, dlight_rules(), verify=verify)
 
 
+def winograd_pass(fuse_pass: tvm.transform.Pass) -> Optional[WinogradConv2d]:
+    """The Winograd rewrite ``fuse_pass``'s profile and knobs ask for (None: a pass without a
+    profile, e.g. stock FuseOps, or the knob ``winograd="off"``)."""
+    profile, config = getattr(fuse_pass, "profile", None), getattr(fuse_pass, "config", None)
+    if profile is None or config is None or config.winograd == "off":
+        return None
+    return WinogradConv2d(profile, tile=config.winograd_tile, mode=config.winograd)
+
+
 def legalize_passes(target: tvm.target.Target, fuse_pass: tvm.transform.Pass,
-                    schedules: Union[bool, Sequence, tvm.transform.Pass] = True, verify: str = "build"):
+                    schedules: Union[bool, Sequence, tvm.transform.Pass] = True, verify: str = "build",
+                    winograd: Optional[WinogradConv2d] = None):
     """TVM's legalization passes for ``target`` with the plugin's fusion (and schedules) in them.
 
     ``schedules``: True (the plugin's templates), False (dlight's default schedule, as stock), a
-    sequence of rules tried before dlight's, or a schedule pass to use as it is."""
+    sequence of rules tried before dlight's, or a schedule pass to use as it is. ``winograd``: a
+    rewrite run first (:func:`winograd_pass`; its decisions are the caller's to report)."""
     legalize = _swap_fuse_ops(_backend(target).legalize_passes(target), fuse_pass)
     legalize.insert([p.info.name for p in legalize].index("LegalizeOps"), SafePower())
+    if winograd is not None:
+        legalize.insert([p.info.name for p in legalize].index("SafePower"), winograd)
     # Fused epilogues can carry dead outputs (batch_norm's running statistics): drop them before
     # scheduling, or dlight leaves them as host loops over device memory.
     fuse_tir = [p.info.name for p in legalize].index("FuseTIR")
@@ -140,13 +154,17 @@ def get_pipeline(
     schedule = schedule_pass(None if schedules is True else list(schedules), verify) if guarded else None
 
     def run(mod: tvm.IRModule, fuse: HardwareAwareFuseOps) -> tvm.IRModule:
+        winograd = winograd_pass(fuse)
         with target:
-            return tvm.transform.Sequential(
+            built = tvm.transform.Sequential(
                 passes.library_dispatch_passes(target)
-                + legalize_passes(target, fuse, schedule if guarded else schedules)
+                + legalize_passes(target, fuse, schedule if guarded else schedules, winograd=winograd)
                 + passes.dataflow_lower_passes(target)
                 + passes.finalize_passes(target)
             )(mod)
+        if winograd is not None and fuse.report is not None:
+            fuse.report.decisions[:0] = winograd.decisions
+        return built
 
     @tvm.transform.module_pass(opt_level=0, name="HardwareAwarePipeline")
     def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
@@ -247,9 +265,12 @@ def fused_module(
 
     The legalization prefix of TVM's pipeline (LegalizeOps, AnnotateTIROpPattern, FoldConstant),
     then ``fuse_pass`` (stock FuseOps when omitted), then FuseTIR; with ``fuse_pass`` also
-    :class:`SafePower` first and EliminateDeadBlocks last, as :func:`get_pipeline` runs them.
+    its Winograd rewrite and :class:`SafePower` first and EliminateDeadBlocks last, as
+    :func:`get_pipeline` runs them.
     """
+    winograd = winograd_pass(fuse_pass) if fuse_pass is not None else None
     passes = [
+        *([winograd] if winograd is not None else []),
         *([SafePower()] if fuse_pass is not None else []),  # as get_pipeline does
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
@@ -260,7 +281,10 @@ def fused_module(
     if fuse_pass is not None:
         passes.append(EliminateDeadBlocks())  # as get_pipeline does after FuseTIR
     with target:
-        return tvm.transform.Sequential(passes)(mod)
+        fused = tvm.transform.Sequential(passes)(mod)
+    if winograd is not None and getattr(fuse_pass, "report", None) is not None:
+        fuse_pass.report.decisions[:0] = winograd.decisions
+    return fused
 
 
 def kernel_names(fused: tvm.IRModule) -> List[str]:

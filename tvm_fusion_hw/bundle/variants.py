@@ -89,6 +89,8 @@ def _value(spec: str, key: str, text: str, default: object) -> object:
             return int(text)
         if isinstance(default, float):
             return float(text)
+        if isinstance(default, str):
+            return text.strip()
     except ValueError:
         kind = type(default).__name__
         raise FusionHWError(f"--variant {spec!r}: {key}={text!r}, expected {kind}") from None

@@ -21,7 +21,7 @@ class Decision:
     """One fusion decision between a producer group and a consumer group."""
 
     #: "chain", "epilogue", "prologue", "reduction-epilogue", "complex-pair", "gemm-prologue", "depth",
-    #: "feedback-split"
+    #: "feedback-split", "winograd" (fused: the convolution rewritten to Winograd)
     rule: str
     producer: str
     consumer: str
@@ -31,9 +31,11 @@ class Decision:
     #: kept apart because the fused kernel would not fit on chip (shared memory, registers,
     #: occupancy): staged fusion, the two run as kernels with one global round trip between them
     staged: bool = False
+    #: the word the report prints for it where "FUSE"/"apart" would not say it (an algorithm choice)
+    verdict: str = ""
 
     def line(self) -> str:
-        verdict = "FUSE " if self.fused else ("stage" if self.staged else "apart")
+        verdict = self.verdict or ("FUSE " if self.fused else ("stage" if self.staged else "apart"))
         return f"{verdict} [{self.rule}] {self.producer} -> {self.consumer}: {self.reason}"
 
 

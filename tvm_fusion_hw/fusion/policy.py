@@ -124,6 +124,12 @@ class PolicyConfig:  # pylint: disable=too-many-instance-attributes
     #: compute element-wise producers of a contraction's operand inside its loads where its template
     #: plans it (fusion/prologue_rule.py: an SE block's scale in the projecting conv); stock never does
     gemm_prologues: bool = True
+    #: compute 3x3 stride-1 convolutions by Winograd where the FLOPs it saves outweigh the bytes and
+    #: kernels it adds on the profile ("auto"), always ("always", to measure it) or never ("off");
+    #: the pipeline's WinogradConv2d pass reads it (tvm_fusion_hw/winograd_conv.py)
+    winograd: str = "auto"
+    #: Winograd's output tile, F(m x m, 3 x 3): 4 (a quarter of the direct FLOPs) or 2
+    winograd_tile: int = 4
     #: let an epilogue take ops TVM annotates injective when the TIR shows them element-wise in
     #: the epilogue's value (inference batch_norm); stock FuseOps stops at them
     injective_epilogues: bool = True

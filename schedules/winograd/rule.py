@@ -1,0 +1,196 @@
+"""A schedule rule for the Winograd transforms (:mod:`.transforms`): a thread per tile, the tile unrolled.
+
+Both transforms are, per output tile and channel, a small dense-constant matrix product over an
+``alpha x alpha`` tile: dlight would give each output element a thread and a 36-term reduction
+whose coefficients are ``Select`` chains. Here a thread owns one tile of one channel:
+
+* filter transform (``U[s, k, c]``, where the filter is a parameter, not a constant): the same,
+  a thread per output and input channel;
+* data transform (``V[s, c, p]``): the thread loads its input tile (padding included) into
+  registers once, accumulates the ``alpha^2`` outputs in registers, and stores them; threads run
+  along ``p`` (consecutive tiles), so each of the ``alpha^2`` stores is coalesced;
+* output transform (``Y[n, k, h, w]`` and the convolution's fused epilogue): the thread loads the
+  ``alpha^2`` GEMM outputs of its tile (consecutive threads, consecutive tiles: coalesced) and
+  computes its ``m x m`` pixels, the epilogue (bias, batch norm, activation, residual) applied
+  before the store.
+
+Every loop inside a thread is unrolled, so each coefficient is a constant and TVM's simplifier
+drops the zero terms (Lavin's matrices are sparse). Matched by the ``schedule_rule`` annotation
+the transforms' blocks carry, on static shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Tuple
+
+import tvm_ffi
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import get_root_block
+from tvm.s_tir.dlight.gpu.matmul import auto_inline_consumer_chain
+
+from tvm_fusion_hw.schedules.base.limits import GPULimits
+from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
+from tvm_fusion_hw.schedules.base.tir_match import const_int
+
+from .transforms import DATA_RULE, FILTER_RULE, OUTPUT_RULE
+
+SBlockRV = s_tir.schedule.SBlockRV
+
+
+@dataclasses.dataclass
+class WinogradConfig:
+    """Search bounds.
+
+    Attributes
+    ----------
+    threads : int
+        Threads per block (a tile of one channel each).
+    max_attempts : int
+        Tiles tried (one).
+    """
+
+    threads: int = 128
+    max_attempts: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class WinogradProblem:
+    """Which transform, and over how many (tile, channel) pairs a thread each."""
+
+    transform: str  # DATA_RULE or OUTPUT_RULE
+    work: int  # threads the grid needs
+    tile: int  # m: output pixels along each side of a tile (the output transform's split)
+
+
+@dataclasses.dataclass(frozen=True)
+class WinogradTile:
+    """The launch: threads per block and blocks; no shared memory."""
+
+    threads: int
+    blocks: int
+    shared_bytes: int = 0
+
+    def summary(self) -> str:
+        return f"a thread per tile and channel, {self.threads} threads a block, {self.blocks} blocks"
+
+
+class WinogradTransform(TiledScheduleRule):
+    """The data and output transforms of a Winograd convolution (see the module docstring);
+    None for every other PrimFunc."""
+
+    Config = WinogradConfig
+
+    @staticmethod
+    def match(sch, config, limits):  # pylint: disable=unused-argument
+        """``(problem, anchor)``: the annotated transform block, producers other than the padding
+        inlined into it (data) or the epilogue into its write-back (output, at schedule time)."""
+        return _match(sch)
+
+    @staticmethod
+    def rank(problem, limits: GPULimits, config):
+        threads = min(config.threads, limits.profile.max_threads_per_block)
+        return [WinogradTile(threads, -(-problem.work // threads))]
+
+    @staticmethod
+    def schedule(sch, problem, tile, *blocks):
+        if problem.transform in (DATA_RULE, FILTER_RULE):
+            _schedule_tiles(sch, tile, *blocks)
+        else:
+            _schedule_output(sch, problem, tile, *blocks)
+
+
+def _match(sch: s_tir.Schedule) -> Optional[Tuple]:
+    if any(const_int(d) is None for p in sch.mod["main"].params if hasattr(p.ty, "shape") for d in p.ty.shape):
+        return None
+    try:
+        root = get_root_block(sch)
+    except Exception:  # pylint: disable=broad-except
+        return None
+    blocks = sch.get_child_blocks(root)
+    rules = [str(sch.get(b).annotations.get("schedule_rule", "")) for b in blocks]
+    anchors = [b for b, r in zip(blocks, rules) if r in (FILTER_RULE, DATA_RULE, OUTPUT_RULE)]
+    if len(anchors) != 1:
+        return None
+    anchor = anchors[0]
+    transform = str(sch.get(anchor).annotations["schedule_rule"])
+    extents = [const_int(iv.dom.extent) for iv in sch.get(anchor).iter_vars]
+    if transform == FILTER_RULE:  # s, k, c spatial; the 3x3 window
+        return (WinogradProblem(transform, extents[1] * extents[2], 0), anchor) if len(blocks) == 1 else None
+    if transform == DATA_RULE:
+        # s, c, p spatial; ra, rb the tile. Producers (the padding last) stay; others are inlined.
+        pad = [b for b in blocks if sch.get(b).name_hint == "winograd_pad"]
+        if len(pad) != 1:
+            return None
+        for block in blocks:
+            if not block.same_as(anchor) and not block.same_as(pad[0]) and sch.get(block).name_hint != "winograd_pad":
+                if [c for c in sch.get_consumers(block)]:  # a producer: into its reader
+                    sch.compute_inline(block)
+                else:
+                    return None  # another output: not this rule's kernel
+        return WinogradProblem(transform, extents[1] * extents[2], 0), anchor, pad[0]
+    # n, k, h, w spatial; ra, rb the tile's GEMM outputs. The tile size from the GEMM index.
+    tile = _output_tile(sch.get(anchor))
+    if tile is None:
+        return None
+    n, k, h, w = extents[:4]
+    return WinogradProblem(transform, n * k * -(-h // tile) * -(-w // tile), tile), anchor
+
+
+def _output_tile(block) -> Optional[int]:
+    """m, from the output block's ``h // m`` in its load of the GEMM outputs."""
+    found: list = []
+    tvm_ffi.structural_walk(block.body, (tirx.FloorDiv, found.append), order="post")
+    sizes = {const_int(div.b) for div in found}
+    return sizes.pop() if len(sizes) == 1 and None not in sizes else None
+
+
+def _bind(sch: s_tir.Schedule, loop, threads: int):
+    bx, tx = sch.split(loop, [None, threads])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    return tx
+
+
+def _unroll_all_below(sch: s_tir.Schedule, block: SBlockRV, outer) -> None:
+    outer_expr = sch.get(outer)
+    loops = sch.get_loops(block)
+    below = False
+    for loop in loops:
+        if below:
+            sch.unroll(loop)
+        below = below or sch.get(loop).same_as(outer_expr)
+
+
+def _schedule_tiles(sch: s_tir.Schedule, tile: WinogradTile, anchor: SBlockRV, pad: Optional[SBlockRV] = None) -> None:
+    """Data (``pad``: its padded input) or filter transform: ``[s, channels..., window...]`` loops,
+    a thread per channel pair, its window in registers."""
+    s, c, p, ra, rb = sch.get_loops(anchor)
+    sch.reorder(c, p, s, ra, rb)
+    tx = _bind(sch, sch.fuse(c, p), tile.threads)
+    if pad is None:
+        pad = sch.cache_read(anchor, 0, "local")
+    else:
+        sch.set_scope(pad, 0, "local")
+    sch.compute_at(pad, tx)
+    write = sch.cache_write(anchor, 0, "local")
+    sch.reverse_compute_at(write, tx)
+    init = sch.decompose_reduction(anchor, sch.get_loops(anchor)[-3])
+    for block in (pad, init, anchor, write):
+        _unroll_all_below(sch, block, tx)
+
+
+def _schedule_output(sch: s_tir.Schedule, problem: WinogradProblem, tile: WinogradTile, anchor: SBlockRV) -> None:
+    write = sch.cache_write(anchor, 0, "local")
+    auto_inline_consumer_chain(sch, write)
+    n, k, h, w, ra, rb = sch.get_loops(anchor)
+    th, vh = sch.split(h, [None, problem.tile])
+    tw, vw = sch.split(w, [None, problem.tile])
+    sch.reorder(n, k, th, tw, vh, vw, ra, rb)
+    tx = _bind(sch, sch.fuse(n, k, th, tw), tile.threads)
+    gemm = sch.cache_read(anchor, 0, "local")
+    sch.compute_at(gemm, tx)
+    sch.reverse_compute_at(write, tx)
+    init = sch.decompose_reduction(anchor, sch.get_loops(anchor)[-4])
+    for block in (gemm, init, anchor, write):
+        _unroll_all_below(sch, block, tx)

@@ -1,0 +1,160 @@
+"""WinogradConv2d: 3x3 stride-1 convolutions computed by Winograd F(m x m, 3 x 3) where the profile says it pays.
+
+A 3x3 convolution as an implicit GEMM spends 9 multiply-adds per output pixel and input channel;
+Winograd F(4x4, 3x3) spends 36 per 16 pixels, a quarter, at the price of two tensors it writes and
+reads back (the transformed input ``V`` and the GEMMs' output ``M``, each ``alpha^2 / m^2`` = 2.25
+times the tensor it transforms) and two more kernels. So it is a trade of FLOPs for bytes, which
+the hardware decides: the FLOPs it saves at the profile's FP32 peak against its bytes at the
+profile's DRAM bandwidth plus a kernel floor (launch and tail, measured, ``CALIBRATIONS``) for
+each added kernel. Valuing the saved FLOPs at the peak (no GEMM reaches it) keeps the rule on the
+side of the direct convolution. On a channel-square layer the saved FLOPs per added byte are
+``0.375 x channels`` for F(4x4, 3x3): above the H200's ridge point (14 FLOP/B) from 38 channels,
+above the RTX 3060's (35) from 94; at batch 1 the two added kernels' floor keeps the small late
+layers direct.
+
+Before legalization this pass rewrites each ``relax.nn.conv2d`` it takes (NCHW / OIHW, float32,
+3x3, stride 1, dilation 1, one group, static shapes) into the filter transform (a constant, computed
+here, for a constant filter), the data transform, a batched ``matmul`` (the GEMM template's) and
+the output transform (which the convolution's epilogue fuses into). The decision and its figures
+are recorded (:attr:`WinogradConv2d.decisions`, rule ``winograd``) and the pipeline puts them in the
+fusion report.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import tvm
+from tvm import relax
+from tvm.relax import Call, Expr, PyExprMutator, expr_functor
+
+from .errors import FusionHWError
+from .fusion.calibrations import CALIBRATIONS
+from .fusion.decisions import Decision
+from .hardware.profile import HardwareProfile
+from .schedules.winograd.transforms import (TILE_SIZES, WinogradShape, data_transform, filter_transform,
+                                             filter_transform_numpy, output_transform)
+
+#: the rule's name in decisions
+WINOGRAD = "winograd"
+#: where the floor an added kernel costs was measured (a launch and its tail on the H200)
+_FLOOR_SOURCE = "ImplicitGemm"
+
+
+def eligible_shape(call: Call, m: int) -> Optional[WinogradShape]:
+    """The convolution of ``call`` cut into ``m x m`` tiles, or None when Winograd does not apply."""
+    if not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.nn.conv2d":
+        return None
+    attrs = call.attrs
+    data_ty, weight_ty = call.args[0].ty, call.args[1].ty
+    shapes = [_static_shape(t) for t in (data_ty, weight_ty)]
+    if None in shapes or str(data_ty.dtype) != "float32" or str(weight_ty.dtype) != "float32":
+        return None
+    out_dtype = str(attrs.out_dtype)
+    if out_dtype not in ("", "None", "void", "float32"):
+        return None
+    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != ("NCHW", "OIHW", "NCHW"):
+        return None
+    if int(attrs.groups) != 1 or [int(v) for v in attrs.strides] != [1, 1] or [int(v) for v in attrs.dilation] != [1, 1]:
+        return None
+    (batch, in_ch, height, width), (out_ch, w_in, kh, kw) = shapes
+    if (kh, kw) != (3, 3) or w_in != in_ch:
+        return None
+    pad = tuple(int(v) for v in attrs.padding)
+    pad = pad * 2 if len(pad) == 2 else pad
+    shape = WinogradShape(batch, in_ch, out_ch, height, width, pad, m)
+    return shape if shape.out_height > 0 and shape.out_width > 0 else None
+
+
+def _static_shape(ty) -> Optional[tuple]:
+    try:
+        return tuple(int(d) for d in ty.shape.values) if ty.ndim == 4 else None
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+#: ``mode`` values: decide on the profile, rewrite every eligible convolution, or none
+MODES = ("auto", "always", "off")
+
+
+def decide(shape: WinogradShape, profile: HardwareProfile, label: str, mode: str = "auto") -> Decision:
+    """Winograd or direct for one convolution on ``profile`` (see the module docstring); ``mode``
+    "always" takes Winograd whatever the figures say (to measure it where the rule would not)."""
+    peak, bandwidth = profile.peak_fp32_flop_per_s, profile.dram_bytes_per_s
+    floor = CALIBRATIONS[_FLOOR_SOURCE].kernel_floor_s
+    saved = shape.direct_flops() - shape.gemm_flops()
+    added = shape.transformed_bytes()
+    gain_s = saved / peak
+    cost_s = added / bandwidth + 2 * floor
+    figures = {"tile": shape.m, "direct_flops": shape.direct_flops(), "winograd_flops": shape.gemm_flops(),
+               "added_bytes": added, "saved_flop_per_added_byte": round(saved / added, 2),
+               "ridge_flop_per_byte": round(profile.ridge_point_flop_per_byte, 2),
+               "saved_us_at_peak": round(gain_s * 1e6, 2), "added_bytes_us": round(added / bandwidth * 1e6, 2),
+               "kernel_floor_us": round(floor * 1e6, 2)}
+    use = mode == "always" or (mode == "auto" and gain_s > cost_s)
+    forced = "" if mode == "auto" else f" (mode {mode})"
+    reason = (f"F({shape.m}x{shape.m},3x3) saves {saved / 1e9:.3g} GFLOP ({gain_s * 1e6:.1f} us at peak) for "
+              f"{added / 1e6:.3g} MB of transforms ({added / bandwidth * 1e6:.1f} us at bandwidth) and two kernels "
+              f"(2 x {floor * 1e6:.1f} us): {saved / added:.1f} FLOP saved per byte vs ridge "
+              f"{profile.ridge_point_flop_per_byte:.1f}{forced}")
+    return Decision(WINOGRAD, label, f"F({shape.m}x{shape.m},3x3)" if use else "direct", use, reason, figures,
+                    verdict="wino" if use else "direct")
+
+
+@expr_functor.mutator
+class _Rewriter(PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, owner: "WinogradConv2d"):
+        super().__init__(mod)
+        self.owner = owner
+
+    def visit_call_(self, call: Call) -> Expr:
+        call = super().visit_call_(call)
+        owner = self.owner
+        shape = eligible_shape(call, owner.tile) if isinstance(call, Call) else None
+        if shape is None:
+            return call
+        data, weight = call.args
+        label = (f"conv2d {shape.batch}x{shape.in_channels}x{shape.height}x{shape.width} -> "
+                 f"{shape.out_channels}")
+        decision = decide(shape, owner.profile, label, owner.mode)
+        owner.decisions.append(decision)
+        if not decision.fused:
+            return call
+        bb = self.builder_
+        if isinstance(weight, tvm.ir.expr.Constant):
+            filters = relax.const(filter_transform_numpy(weight.value.numpy(), shape.m))
+        else:
+            filters = bb.emit_te(lambda g: filter_transform(g, shape.m), weight, primfunc_name_hint="winograd_filter")
+        transformed = bb.emit_te(lambda d: data_transform(d, shape), data, primfunc_name_hint="winograd_data")
+        products = bb.emit(relax.op.matmul(filters, transformed))
+        return bb.call_te(lambda p: output_transform(p, shape), products, primfunc_name_hint="winograd_output")
+
+
+@tvm.transform.module_pass(opt_level=0, name="WinogradConv2d")
+class WinogradConv2d:
+    """Rewrite the module's 3x3 stride-1 convolutions to Winograd F(``tile`` x ``tile``, 3x3)
+    where ``profile`` says it pays (``mode`` "auto"; "always", "off": see :data:`MODES`);
+    :attr:`decisions` lists every convolution considered."""
+
+    def __init__(self, profile: HardwareProfile, tile: int = 4, mode: str = "auto"):
+        if mode not in MODES:
+            raise FusionHWError(f"winograd mode must be one of {', '.join(MODES)}, got '{mode}'")
+        if tile not in TILE_SIZES:
+            raise FusionHWError(f"winograd tile must be one of {TILE_SIZES}, got {tile}")
+        self.profile, self.tile, self.mode = profile, tile, mode
+        self.decisions: List[Decision] = []
+
+    def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        self.decisions = []
+        if self.mode == "off":
+            return mod
+        rewriter = _Rewriter(mod, self)
+        changed = False
+        for gvar, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
+                changed = True
+        return rewriter.builder_.get() if changed else mod
+
+
+__all__ = ["MODES", "WINOGRAD", "WinogradConv2d", "decide", "eligible_shape"]
