@@ -25,7 +25,8 @@ from pathlib import Path
 DECIDING = ("ridge_flop_per_byte", "break_even_ridge_flop_per_byte", "cost_fused_us", "cost_apart_us",
             "recompute", "occupancy_drop", "fused_occupancy", "unfused_occupancy", "fused_shared_bytes",
             "shared_bytes_per_block_limit", "plan_registers_per_thread", "estimated_registers",
-            "register_budget", "ops", "depth_cap", "plan_blocks", "blocks_per_wave")
+            "register_budget", "ops", "depth_cap", "plan_blocks", "blocks_per_wave",
+            "saved_flop_per_added_byte", "saved_us_at_peak", "added_bytes_us", "kernel_floor_us")
 
 
 def plan_view(profile, fuse):
@@ -90,6 +91,10 @@ def decided_by(entry: dict) -> str:
             return f"{verdict}: {waves[1]} blocks in {waves[2] or 1} wave(s) of {waves[3]}"
         if "does not take it" in reason:
             return f"{verdict}: no Attention template on this target"
+    if "saved_flop_per_added_byte" in fig:  # Winograd: FLOPs saved at peak against bytes and kernels added
+        return (f"{'Winograd' if verdict == 'FUSE' else 'direct'}: {fig['saved_us_at_peak']:.0f} us saved vs "
+                f"{fig['added_bytes_us']:.0f} + 2 x {fig['kernel_floor_us']:.1f} us added "
+                f"({fig['saved_flop_per_added_byte']:.0f} FLOP/B, ridge {fig['ridge_flop_per_byte']:.0f})")
     if "break_even_ridge_flop_per_byte" in fig:
         ridge, even = fig["ridge_flop_per_byte"], fig["break_even_ridge_flop_per_byte"]
         return (f"{verdict}: ridge {ridge:.1f} {'>=' if ridge >= even else '<'} {even:.1f} "
@@ -111,10 +116,12 @@ def _short(text: str, limit: int = 220) -> str:
 
 
 #: what decided a row, from the pair its reasons name (or the rule)
-KINDS = ("depthwise -> pointwise", "conv -> pool", "attention", "depth cap", "other")
+KINDS = ("depthwise -> pointwise", "conv -> pool", "attention", "depth cap", "winograd", "other")
 
 
 def kind_of(row: dict) -> str:
+    if row["rule"] == "winograd":
+        return "winograd"
     reasons = " ".join(p.get("reason", "") for p in row["profiles"].values())
     if "depthwise_conv -> pointwise_conv" in reasons:
         return KINDS[0]
@@ -122,7 +129,7 @@ def kind_of(row: dict) -> str:
         return KINDS[1]
     if "matmul -> softmax -> matmul" in reasons:
         return KINDS[2]
-    return KINDS[3] if "depth" in row["rule"] else KINDS[4]
+    return KINDS[3] if "depth" in row["rule"] else KINDS[5]
 
 
 def fusion_differs(row: dict) -> bool:

@@ -87,6 +87,7 @@ def test_the_profile_decides_a_64_channel_layer():
     on_h200, (decision,) = winograd_kernels(mod, H200)
     assert on_h200 == ["winograd_data", "matmul", "fused_winograd_output_add_relu"]
     assert decision.fused and decision.figures["saved_flop_per_added_byte"] == 24.0
+    assert decision.consumer == "F(4x4,3x3)"
     on_3060, (decision,) = winograd_kernels(mod, RTX3060)
     assert on_3060 == ["fused_conv2d_add_relu"]
     assert not decision.fused and "ridge 35" in decision.reason

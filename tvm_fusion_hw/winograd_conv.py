@@ -97,7 +97,8 @@ def decide(shape: WinogradShape, profile: HardwareProfile, label: str, mode: str
               f"{added / 1e6:.3g} MB of transforms ({added / bandwidth * 1e6:.1f} us at bandwidth) and two kernels "
               f"(2 x {floor * 1e6:.1f} us): {saved / added:.1f} FLOP saved per byte vs ridge "
               f"{profile.ridge_point_flop_per_byte:.1f}{forced}")
-    return Decision(WINOGRAD, label, f"F({shape.m}x{shape.m},3x3)" if use else "direct", use, reason, figures,
+    # the same producer and consumer whatever the verdict, so that profiles' decisions align
+    return Decision(WINOGRAD, label, f"F({shape.m}x{shape.m},3x3)", use, reason, figures,
                     verdict="wino" if use else "direct")
 
 
