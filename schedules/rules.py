@@ -28,7 +28,7 @@ def default_rules() -> List[ScheduleRule]:
     # takes only what VectorizedElementwise declines, innermost-axis transposes.
     # Attention only matches fused scores -> softmax -> . V PrimFuncs, WinogradTransform only the
     # transforms' annotated blocks.
-    return [WinogradTransform(), DepthwisePointwise(), Attention(), ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(),
+    return [DepthwisePointwise(), WinogradTransform(), Attention(), ConvPool(), DepthwiseConv(), ImplicitGemm(), RowReduction(),
             WindowReduction(), VectorizedElementwise(), TiledTranspose()]
 
 

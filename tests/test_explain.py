@@ -170,7 +170,7 @@ def test_the_pair_fused_on_one_gpu_and_staged_on_the_other_is_marked(conv_pool):
              for k, i in enumerate(row["decision_index"])]
     assert drops[0] <= 0.2 < drops[1]
     assert row["why"] == (f"occupancy drop: {PAIR[0]}: {drops[0]:.0%} <= 20%; {PAIR[1]}: {drops[1]:.0%} > 20%")
-    assert "Where the profiles differ: 1 of 4 decisions" in conv_pool.out
+    assert "Where the profiles differ: 1 of 5 decisions" in conv_pool.out  # 4 fusions, 1 Winograd choice
     assert row["why"] in conv_pool.out.replace("\n      ", " ")
 
 

@@ -27,6 +27,7 @@ def report_for(runner, model, profile, batch=1, planners=None, **knobs):
     from tvm_fusion_hw.pipeline import fused_module
 
     knobs.setdefault("pair_templates", BOTH_PAIRS)
+    knobs.setdefault("winograd", "off")  # the conv -> pool rule's cases: the convs stay direct
     fuse = hw.HardwareAwareFuseOps(profile, planners=planners or template_planners(), **knobs)
     mod, _, _ = runner.module(model, batch)
     fused_module(mod, tvm.target.Target({"kind": "llvm"}), fuse)
@@ -43,7 +44,8 @@ def conv_pool_tile(runner, profile, batch):
     from tvm_fusion_hw.schedules.conv_pool.rule import ConvPool
 
     target = hw.target(profile)
-    fuse = hw.fusion_pass(target, pair_templates=("conv->window",), max_occupancy_drop=0.99, pair_cost=False)
+    fuse = hw.fusion_pass(target, pair_templates=("conv->window",), max_occupancy_drop=0.99, pair_cost=False,
+                          winograd="off")
     mod, _, _ = runner.module("conv_relu_pool", batch)
     fused = fused_module(mod, target, fuse)
     return ConvPool().plan(fused["fused_conv2d_add_relu_max_pool2d"], target)[1]

@@ -148,3 +148,25 @@ def test_transform_kernels_build_without_spills_for_sm90(transform_funcs):
         kernel = ptxas_kernels(ex.mod.imports[0].inspect_source())["main_kernel"]
         assert kernel.spill_store_bytes == 0 and kernel.stack_frame_bytes == 0, name
         assert kernel.threads_per_block == tile.threads and kernel.shared_bytes == 0, name
+
+
+def test_a_lifted_filter_is_transformed_with_the_weights():
+    """Weights lifted at import (main_transform_params, as the CLI and bundles import): the filter
+    transform moves there, main reads the transformed filter, and the result is the direct one's."""
+    mod, (x, w) = conv_module(weight_param=True)
+    main = mod["main"].with_attr("num_input", 1)
+    mod = relax.transform.LiftTransformParams()(tvm.IRModule({"main": main}))
+
+    def run(pipeline):
+        ex = tvm.compile(mod, target=LLVM, relax_pipeline=pipeline)
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        params = vm["main_transform_params"]([tvm.runtime.tensor(w)])
+        return vm["main"](tvm.runtime.tensor(x), *params).numpy(), ex
+
+    ours, ex = run(hw.get_pipeline(LLVM, profile=H200, winograd="always"))
+    direct, _ = run(hw.get_pipeline(LLVM, profile=H200, winograd="off"))
+    assert np.linalg.norm(ours - direct) / np.linalg.norm(direct) < 1e-5
+    rewritten = WinogradConv2d(load_profile(H200), mode="always")(mod)
+    assert "winograd_filter" not in rewritten["main"].script()
+    assert "winograd_filter" in rewritten["main_transform_params"].script()
+    assert [tuple(int(d) for d in p.ty.shape) for p in rewritten["main"].params[1:]] == [(36, 24, 16)]

@@ -28,14 +28,14 @@ def prim_funcs(mod):
     return {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
 
 
-def fused_funcs(model, batch, target, fuse=None, attention=True):
+def fused_funcs(model, batch, target, fuse=None, attention=True, **knobs):
     """{name: PrimFunc} of zoo ``model`` fused for ``target`` (by ``fuse``, else our pass with its
-    defaults), before scheduling: one PrimFunc per kernel. ``attention=False``: without the attention
-    chain, for tests of the softmax and batched-matmul kernels it would fuse into one."""
+    defaults and ``knobs``), before scheduling: one PrimFunc per kernel. ``attention=False``: without
+    the attention chain, for tests of the softmax and batched-matmul kernels it would fuse into one."""
     mod = import_onnx(build(model, batch=batch), keep_params_in_input=True)
     if fuse is None and not attention:
-        fuse = hw.fusion_pass(target, pair_templates=WITHOUT_ATTENTION)
-    return prim_funcs(fused_module(mod, target, fuse or hw.fusion_pass(target)))
+        knobs = {"pair_templates": WITHOUT_ATTENTION, **knobs}
+    return prim_funcs(fused_module(mod, target, fuse or hw.fusion_pass(target, **knobs)))
 
 
 #: the default pair templates but attention's chain

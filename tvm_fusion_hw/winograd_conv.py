@@ -155,7 +155,78 @@ class WinogradConv2d:
             if isinstance(func, relax.Function):
                 rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
                 changed = True
-        return rewriter.builder_.get() if changed else mod
+        return lift_filter_transforms(rewriter.builder_.get()) if changed else mod
+
+
+#: the function ``relax.transform.LiftTransformParams`` makes of ``main``'s weight transforms
+_TRANSFORM_PARAMS = "main_transform_params"
+
+
+def lift_filter_transforms(mod: tvm.IRModule) -> tvm.IRModule:
+    """Filter transforms of ``main``'s weights moved into ``main_transform_params``, where the
+    module has one (weights lifted at import, as the CLI and the bundle import them): the weights are
+    then transformed once, not on every inference. A weight read by anything else stays as it is."""
+    names = {gv.name_hint: gv for gv in mod.get_global_vars()}
+    main = mod["main"] if "main" in names else None
+    if _TRANSFORM_PARAMS not in names or main is None or "num_input" not in (main.attrs or {}):
+        return mod
+    num_input = int(main.attrs["num_input"])
+    weights = {p: i - num_input for i, p in enumerate(main.params) if i >= num_input}
+    uses: dict = {}
+    relax.analysis.post_order_visit(main.body, lambda e: isinstance(e, relax.Var) and e in weights and uses.update(
+        {e: uses.get(e, 0) + 1}))
+    lifted = {}  # weight index -> (filter PrimFunc's GlobalVar, its output type)
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    def find(expr):
+        if isinstance(expr, Call) and expr.op.same_as(call_tir) and expr.args[0].name_hint.startswith("winograd_filter"):
+            arg = expr.args[1].fields[0]
+            if arg in weights and uses.get(arg) == 1:
+                lifted[weights[arg]] = (expr.args[0], expr.ty)
+    relax.analysis.post_order_visit(main.body, find)
+    if not lifted:
+        return mod
+    transform = mod[names[_TRANSFORM_PARAMS]]
+    builder = relax.BlockBuilder(mod)
+    inner = builder.add_func(transform.with_attr("global_symbol", _TRANSFORM_PARAMS + "_weights"),
+                             _TRANSFORM_PARAMS + "_weights")
+    packed = relax.Var("params", transform.params[0].ty)
+    with builder.function(_TRANSFORM_PARAMS + "_winograd", [packed], attrs=dict(transform.attrs), pure=True):
+        out = builder.emit(relax.Call(inner, [packed]))
+        items = []
+        for i in range(len(transform.params[0].ty.fields)):
+            item = builder.emit(relax.TupleGetItem(out, i))
+            if i in lifted:
+                item = builder.emit(relax.call_tir(lifted[i][0], [item], lifted[i][1]))
+            items.append(item)
+        builder.emit_func_output(relax.Tuple(items))
+    mod = builder.get()
+    wrapper = mod.get_global_var(_TRANSFORM_PARAMS + "_winograd")
+    mod[names[_TRANSFORM_PARAMS]] = mod[wrapper]
+    del mod[wrapper]
+    new_params = list(main.params)
+    for i, (_, ty) in lifted.items():
+        new_params[num_input + i] = relax.Var(main.params[num_input + i].name + "_winograd", ty)
+    replaced = {main.params[num_input + i]: new_params[num_input + i] for i in lifted}
+    mod[mod.get_global_var("main")] = relax.Function(new_params, _LiftedFilters(replaced).visit_expr(main.body), main.ret_ty,
+                                        main.is_pure, main.attrs)
+    return mod
+
+
+@expr_functor.mutator
+class _LiftedFilters(PyExprMutator):
+    """``main``'s body with each lifted filter transform ``call_tir(winograd_filter, (w,))`` read
+    from its new parameter instead."""
+
+    def __init__(self, replaced: dict):
+        super().__init__()
+        self.replaced = replaced
+
+    def visit_call_(self, call: Call) -> Expr:
+        if call.op.same_as(tvm.ir.Op.get("relax.call_tir")) and len(call.args[1].fields) == 1 and \
+                call.args[1].fields[0] in self.replaced:
+            return self.replaced[call.args[1].fields[0]]
+        return super().visit_call_(call)
 
 
 __all__ = ["MODES", "WINOGRAD", "WinogradConv2d", "decide", "eligible_shape"]

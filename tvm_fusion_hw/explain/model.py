@@ -13,6 +13,7 @@ import dataclasses
 import json
 
 from tvm_fusion_hw.fusion.decisions import Decision
+from tvm_fusion_hw.winograd_conv import WINOGRAD
 
 
 @dataclasses.dataclass
@@ -95,14 +96,22 @@ class PlanView:  # pylint: disable=too-many-instance-attributes
     #: the fusion policy's scalar settings (PolicyConfig), the limits some decisions test against
     policy: dict[str, object] = dataclasses.field(default_factory=dict)
 
+    def fusions(self) -> list[Decision]:
+        """The fusion decisions (not the algorithm choices, :meth:`winograd`)."""
+        return [d for d in self.decisions if d.rule != WINOGRAD]
+
     def fused(self) -> list[Decision]:
-        return [d for d in self.decisions if d.fused]
+        return [d for d in self.fusions() if d.fused]
 
     def apart(self) -> list[Decision]:
-        return [d for d in self.decisions if not d.fused]
+        return [d for d in self.fusions() if not d.fused]
 
     def staged(self) -> list[Decision]:
-        return [d for d in self.decisions if d.staged and not d.fused]
+        return [d for d in self.fusions() if d.staged and not d.fused]
+
+    def winograd(self) -> list[Decision]:
+        """The 3x3 convolutions the Winograd rule considered (fused: computed by Winograd)."""
+        return [d for d in self.decisions if d.rule == WINOGRAD]
 
     def modelled_s(self) -> float:
         """The plan's modelled time: its templates' tile models, the roofline bound elsewhere."""

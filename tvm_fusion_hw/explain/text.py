@@ -31,6 +31,8 @@ def _summary(expl: Explanation) -> Table:
         ("decisions fused", [str(len(p.fused())) for p in expl.plans]),
         ("kept apart", [str(len(p.apart())) for p in expl.plans]),
         ("  of them staged", [str(len(p.staged())) for p in expl.plans]),
+        *([("Winograd convs", [f"{len([d for d in p.winograd() if d.fused])} of {len(p.winograd())}"
+                                for p in expl.plans])] if any(p.winograd() for p in expl.plans) else []),
         ("roofline (stock's)", [f"{units.seconds(p.roofline_s())} ({units.seconds(p.stock_modelled_s())})"
                                       for p in expl.plans]),
         ("modelled (tile models)", [units.seconds(p.modelled_s()) for p in expl.plans]),
