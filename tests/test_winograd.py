@@ -170,3 +170,27 @@ def test_a_lifted_filter_is_transformed_with_the_weights():
     assert "winograd_filter" not in rewritten["main"].script()
     assert "winograd_filter" in rewritten["main_transform_params"].script()
     assert [tuple(int(d) for d in p.ty.shape) for p in rewritten["main"].params[1:]] == [(36, 24, 16)]
+
+
+def test_a_filter_read_twice_stays_in_main():
+    """A weight two convolutions read is not replaced by one convolution's transform."""
+    rng = np.random.default_rng(1)
+    x_var = relax.Var("x", relax.TensorType((2, 8, 12, 12), "float32"))
+    w_var = relax.Var("w", relax.TensorType((8, 8, 3, 3), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x_var, w_var], attrs={"num_input": 1}):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(x_var, w_var, padding=1))
+            y = bb.emit(relax.op.nn.conv2d(relax.op.nn.relu(y), w_var, padding=1))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    mod = relax.transform.LiftTransformParams()(bb.get())
+    rewritten = WinogradConv2d(load_profile(H200), mode="always")(mod)
+    assert rewritten["main"].script().count("winograd_filter") == 2
+    x, w = rng.standard_normal((2, 8, 12, 12)).astype("float32"), rng.standard_normal((8, 8, 3, 3)).astype("float32")
+    results = []
+    for mode in ("always", "off"):
+        ex = tvm.compile(mod, target=LLVM, relax_pipeline=hw.get_pipeline(LLVM, profile=H200, winograd=mode))
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        results.append(vm["main"](tvm.runtime.tensor(x), *vm["main_transform_params"]([tvm.runtime.tensor(w)])).numpy())
+    assert np.linalg.norm(results[0] - results[1]) / np.linalg.norm(results[1]) < 1e-5

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.relax import Call, Expr, PyExprMutator, expr_functor
 
@@ -32,7 +33,7 @@ from .errors import FusionHWError
 from .fusion.calibrations import CALIBRATIONS
 from .fusion.decisions import Decision
 from .hardware.profile import HardwareProfile
-from .schedules.winograd.transforms import (TILE_SIZES, WinogradShape, data_transform, filter_transform,
+from .schedules.winograd.transforms import (FILTER_RULE, TILE_SIZES, WinogradShape, data_transform, filter_transform,
                                              filter_transform_numpy, output_transform)
 
 #: the rule's name in decisions
@@ -150,12 +151,12 @@ class WinogradConv2d:
         if self.mode == "off":
             return mod
         rewriter = _Rewriter(mod, self)
-        changed = False
         for gvar, func in mod.functions_items():
             if isinstance(func, relax.Function):
                 rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
-                changed = True
-        return lift_filter_transforms(rewriter.builder_.get()) if changed else mod
+        if not any(d.fused for d in self.decisions):
+            return mod  # nothing rewritten: the module as it came
+        return lift_filter_transforms(rewriter.builder_.get())
 
 
 #: the function ``relax.transform.LiftTransformParams`` makes of ``main``'s weight transforms
@@ -164,8 +165,8 @@ _TRANSFORM_PARAMS = "main_transform_params"
 
 def lift_filter_transforms(mod: tvm.IRModule) -> tvm.IRModule:
     """Filter transforms of ``main``'s weights moved into ``main_transform_params``, where the
-    module has one (weights lifted at import, as the CLI and the bundle import them): the weights are
-    then transformed once, not on every inference. A weight read by anything else stays as it is."""
+    module has one (weights lifted at import, as bundles import them): the weights are then
+    transformed once, not on every inference. A weight read by anything else stays as it is."""
     names = {gv.name_hint: gv for gv in mod.get_global_vars()}
     main = mod["main"] if "main" in names else None
     if _TRANSFORM_PARAMS not in names or main is None or "num_input" not in (main.attrs or {}):
@@ -179,7 +180,7 @@ def lift_filter_transforms(mod: tvm.IRModule) -> tvm.IRModule:
     call_tir = tvm.ir.Op.get("relax.call_tir")
 
     def find(expr):
-        if isinstance(expr, Call) and expr.op.same_as(call_tir) and expr.args[0].name_hint.startswith("winograd_filter"):
+        if isinstance(expr, Call) and expr.op.same_as(call_tir) and _is_filter_transform(mod[expr.args[0]]):
             arg = expr.args[1].fields[0]
             if arg in weights and uses.get(arg) == 1:
                 lifted[weights[arg]] = (expr.args[0], expr.ty)
@@ -208,9 +209,18 @@ def lift_filter_transforms(mod: tvm.IRModule) -> tvm.IRModule:
     for i, (_, ty) in lifted.items():
         new_params[num_input + i] = relax.Var(main.params[num_input + i].name + "_winograd", ty)
     replaced = {main.params[num_input + i]: new_params[num_input + i] for i in lifted}
-    mod[mod.get_global_var("main")] = relax.Function(new_params, _LiftedFilters(replaced).visit_expr(main.body), main.ret_ty,
-                                        main.is_pure, main.attrs)
+    body = _LiftedFilters(replaced).visit_expr(main.body)
+    mod[mod.get_global_var("main")] = relax.Function(new_params, body, main.ret_ty, main.is_pure, main.attrs)
     return mod
+
+
+def _is_filter_transform(func) -> bool:
+    """Whether ``func`` is a PrimFunc of :func:`filter_transform` (its block's annotation)."""
+    if not isinstance(func, tvm.tirx.PrimFunc):
+        return False
+    found: list = []
+    tvm_ffi.structural_walk(func.body, (tvm.s_tir.SBlock, found.append), order="post")
+    return any(str(b.annotations.get("schedule_rule", "")) == FILTER_RULE for b in found)
 
 
 @expr_functor.mutator
