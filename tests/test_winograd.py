@@ -17,6 +17,7 @@ from tvm import relax
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.errors import FusionHWError
+from tvm_fusion_hw.fusion.policy import WINOGRAD_TILES
 from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.hardware.profile import load_profile
 from tvm_fusion_hw.pipeline import fused_module, kernel_names
@@ -109,6 +110,11 @@ def test_other_convolutions_are_not_considered(shape):
 
 
 def test_bad_knobs_are_one_line_errors():
+    with pytest.raises(FusionHWError, match="winograd must be one of auto, always, off, got 'sometimes'"):
+        hw.fusion_pass(H200, winograd="sometimes")
+    with pytest.raises(FusionHWError, match=r"winograd_tile must be one of \(2, 4\), got 3"):
+        hw.get_pipeline(hw.target(H200), winograd_tile=3)
+    assert WINOGRAD_TILES == TILE_SIZES  # the policy checks the tiles the transforms have
     with pytest.raises(FusionHWError, match="winograd mode must be one of auto, always, off"):
         WinogradConv2d(load_profile(H200), mode="sometimes")
     with pytest.raises(FusionHWError, match="winograd tile must be one of"):

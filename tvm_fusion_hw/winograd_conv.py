@@ -32,6 +32,7 @@ from tvm.relax import Call, Expr, PyExprMutator, expr_functor
 from .errors import FusionHWError
 from .fusion.calibrations import CALIBRATIONS
 from .fusion.decisions import Decision
+from .fusion.policy import WINOGRAD_MODES
 from .hardware.profile import HardwareProfile
 from .schedules.winograd.transforms import (FILTER_RULE, TILE_SIZES, WinogradShape, data_transform, filter_transform,
                                              filter_transform_numpy, output_transform)
@@ -75,7 +76,7 @@ def _static_shape(ty) -> Optional[tuple]:
 
 
 #: ``mode`` values: decide on the profile, rewrite every eligible convolution, or none
-MODES = ("auto", "always", "off")
+MODES = WINOGRAD_MODES
 
 
 def decide(shape: WinogradShape, profile: HardwareProfile, label: str, mode: str = "auto") -> Decision:

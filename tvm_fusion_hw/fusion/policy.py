@@ -86,6 +86,12 @@ class PairRefusal:
     reason: str = ""
 
 
+#: ``PolicyConfig.winograd``: decide on the profile, rewrite every eligible convolution, or none
+WINOGRAD_MODES = ("auto", "always", "off")
+#: ``PolicyConfig.winograd_tile``: the output tiles whose matrices schedules/winograd/transforms.py has
+WINOGRAD_TILES = (2, 4)
+
+
 @dataclasses.dataclass(frozen=True)
 class PolicyConfig:  # pylint: disable=too-many-instance-attributes
     """Thresholds and model constants of the rules. Every one is a keyword of the pass."""
@@ -148,6 +154,10 @@ class PolicyConfig:  # pylint: disable=too-many-instance-attributes
             raise FusionHWError(f"max_occupancy_drop must be in [0, 1), got {self.max_occupancy_drop}")
         if self.max_depth < 1:
             raise FusionHWError(f"max_depth must be at least 1, got {self.max_depth}")
+        if self.winograd not in WINOGRAD_MODES:
+            raise FusionHWError(f"winograd must be one of {', '.join(WINOGRAD_MODES)}, got {self.winograd!r}")
+        if self.winograd_tile not in WINOGRAD_TILES:
+            raise FusionHWError(f"winograd_tile must be one of {WINOGRAD_TILES}, got {self.winograd_tile!r}")
         if any(not isinstance(g, GroupSplit) or g.ops < 2 for g in self.split_groups):
             raise FusionHWError("split_groups must hold GroupSplit entries of at least 2 ops")
 
