@@ -72,7 +72,8 @@ class WinogradTile:
     shared_bytes: int = 0
 
     def summary(self) -> str:
-        return f"a thread per tile and channel, {self.threads} threads a block, {self.blocks} blocks"
+        return f"a thread per tile and channel (filter: per channel pair), {self.threads} threads a block, " \
+               f"{self.blocks} blocks"
 
 
 class WinogradTransform(TiledScheduleRule):
@@ -123,11 +124,11 @@ def _match(sch: s_tir.Schedule) -> Optional[Tuple]:
         if len(pad) != 1:
             return None
         for block in blocks:
-            if not block.same_as(anchor) and not block.same_as(pad[0]) and sch.get(block).name_hint != "winograd_pad":
-                if [c for c in sch.get_consumers(block)]:  # a producer: into its reader
-                    sch.compute_inline(block)
-                else:
-                    return None  # another output: not this rule's kernel
+            if block.same_as(anchor) or block.same_as(pad[0]):
+                continue
+            if not sch.get_consumers(block):
+                return None  # another output: not this rule's kernel
+            sch.compute_inline(block)  # a producer fused before the padding: into its reader
         return WinogradProblem(transform, extents[1] * extents[2], 0), anchor, pad[0]
     # n, k, h, w spatial; ra, rb the tile's GEMM outputs. The tile size from the GEMM index.
     tile = _output_tile(sch.get(anchor))
