@@ -80,6 +80,12 @@ def winograd_pass(fuse_pass: tvm.transform.Pass) -> Optional[WinogradConv2d]:
     return WinogradConv2d(profile, tile=config.winograd_tile, mode=config.winograd)
 
 
+def report_winograd(fuse_pass, winograd: Optional[WinogradConv2d]) -> None:
+    """Put the Winograd rewrite's decisions first in ``fuse_pass``'s report (it ran before fusion)."""
+    if winograd is not None and getattr(fuse_pass, "report", None) is not None:
+        fuse_pass.report.decisions[:0] = winograd.decisions
+
+
 def legalize_passes(target: tvm.target.Target, fuse_pass: tvm.transform.Pass,
                     schedules: Union[bool, Sequence, tvm.transform.Pass] = True, verify: str = "build",
                     winograd: Optional[WinogradConv2d] = None):
@@ -162,8 +168,7 @@ def get_pipeline(
                 + passes.dataflow_lower_passes(target)
                 + passes.finalize_passes(target)
             )(mod)
-        if winograd is not None and fuse.report is not None:
-            fuse.report.decisions[:0] = winograd.decisions
+        report_winograd(fuse, winograd)
         return built
 
     @tvm.transform.module_pass(opt_level=0, name="HardwareAwarePipeline")
@@ -282,8 +287,7 @@ def fused_module(
         passes.append(EliminateDeadBlocks())  # as get_pipeline does after FuseTIR
     with target:
         fused = tvm.transform.Sequential(passes)(mod)
-    if winograd is not None and getattr(fuse_pass, "report", None) is not None:
-        fuse_pass.report.decisions[:0] = winograd.decisions
+    report_winograd(fuse_pass, winograd)
     return fused
 
 

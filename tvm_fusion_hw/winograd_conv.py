@@ -30,6 +30,7 @@ from tvm import relax
 from tvm.relax import Call, Expr, PyExprMutator, expr_functor
 
 from .errors import FusionHWError
+from .fusion.analysis import tensor_shape
 from .fusion.calibrations import CALIBRATIONS
 from .fusion.decisions import Decision
 from .fusion.policy import WINOGRAD_MODES
@@ -49,8 +50,9 @@ def eligible_shape(call: Call, m: int) -> Optional[WinogradShape]:
         return None
     attrs = call.attrs
     data_ty, weight_ty = call.args[0].ty, call.args[1].ty
-    shapes = [_static_shape(t) for t in (data_ty, weight_ty)]
-    if None in shapes or str(data_ty.dtype) != "float32" or str(weight_ty.dtype) != "float32":
+    shapes = [tensor_shape(t) for t in (data_ty, weight_ty)]
+    if any(s is None or len(s) != 4 for s in shapes) or str(data_ty.dtype) != "float32" or \
+            str(weight_ty.dtype) != "float32":
         return None
     out_dtype = str(attrs.out_dtype)
     if out_dtype not in ("", "None", "void", "float32"):
@@ -66,13 +68,6 @@ def eligible_shape(call: Call, m: int) -> Optional[WinogradShape]:
     pad = pad * 2 if len(pad) == 2 else pad
     shape = WinogradShape(batch, in_ch, out_ch, height, width, pad, m)
     return shape if shape.out_height > 0 and shape.out_width > 0 else None
-
-
-def _static_shape(ty) -> Optional[tuple]:
-    try:
-        return tuple(int(d) for d in ty.shape.values) if ty.ndim == 4 else None
-    except (AttributeError, TypeError, ValueError):
-        return None
 
 
 #: ``mode`` values: decide on the profile, rewrite every eligible convolution, or none
