@@ -26,7 +26,7 @@ setup(
         "tvm_fusion_hw.models": "models",
         "tvm_fusion_hw.targets": "targets",
     },
-    package_data={"tvm_fusion_hw.targets": ["*.json"],
+    package_data={"tvm_fusion_hw.targets": ["*.json"], "tvm_fusion_hw.fusion": ["calibration_data/*.json"],
                   "tvm_fusion_hw.models.corpus": ["index.json", "graphs/*.onnx.xz"]},
     # rich: the progress bar and the terminal tables of `compile` and `explain`
     install_requires=["apache-tvm>=0.27,<0.28", "numpy", "onnx", "rich>=13"],

@@ -26,7 +26,8 @@ DECIDING = ("ridge_flop_per_byte", "break_even_ridge_flop_per_byte", "cost_fused
             "recompute", "occupancy_drop", "fused_occupancy", "unfused_occupancy", "fused_shared_bytes",
             "shared_bytes_per_block_limit", "plan_registers_per_thread", "estimated_registers",
             "register_budget", "ops", "depth_cap", "plan_blocks", "blocks_per_wave",
-            "saved_flop_per_added_byte", "saved_us_at_peak", "added_bytes_us", "kernel_floor_us")
+            "saved_flop_per_added_byte", "direct_us", "winograd_us", "gemm_us", "data_transform_us",
+            "output_transform_us")
 
 
 def plan_view(profile, fuse):
@@ -91,9 +92,9 @@ def decided_by(entry: dict) -> str:
             return f"{verdict}: {waves[1]} blocks in {waves[2] or 1} wave(s) of {waves[3]}"
         if "does not take it" in reason:
             return f"{verdict}: no Attention template on this target"
-    if "saved_flop_per_added_byte" in fig:  # Winograd: FLOPs saved at peak against bytes and kernels added
-        return (f"{'Winograd' if verdict == 'FUSE' else 'direct'}: {fig['saved_us_at_peak']:.0f} us saved vs "
-                f"{fig['added_bytes_us']:.0f} + 2 x {fig['kernel_floor_us']:.1f} us added "
+    if "winograd_us" in fig:  # Winograd: both ways costed on the profile
+        return (f"{'Winograd' if verdict == 'FUSE' else 'direct'}: {fig['winograd_us']:.1f} us by Winograd "
+                f"(GEMM {fig['gemm_us']:.1f}) vs {fig['direct_us']:.1f} direct "
                 f"({fig['saved_flop_per_added_byte']:.0f} FLOP/B, ridge {fig['ridge_flop_per_byte']:.0f})")
     if "break_even_ridge_flop_per_byte" in fig:
         ridge, even = fig["ridge_flop_per_byte"], fig["break_even_ridge_flop_per_byte"]

@@ -3,10 +3,11 @@ their schedule rule (schedules/winograd). CPU only; checked:
 - the matrices: ``A^T [(G g) * (B^T d)]`` is the 3-tap correlation of ``d`` with ``g`` (numpy's);
 - whole convolutions (padding, sizes that tiles do not divide, a filter that is a parameter, F(2x2)
   and F(4x4)) built on the CPU through the pipeline match TVM's direct convolution;
-- the profile decides: a 64-channel layer at batch 32 is Winograd on the H200 (ridge 14 FLOP/B) and
-  direct on the RTX 3060 (ridge 35): Before / Expected kernels under both; a batch-1 late layer
-  stays direct (two added kernels cost more than the FLOPs saved); strided, grouped and 1x1
-  convolutions are never considered;
+- the profile decides (both ways costed with the tile model, winograd_cost.py): a 64-channel layer
+  at batch 32 and a 512-channel 7x7 layer at batch 1 are Winograd on the H200 and direct on the RTX
+  3060 (short of bandwidth for the transforms, the transformed filter): Before / Expected kernels
+  under both; a 3-channel layer stays direct; strided, grouped and 1x1 convolutions are never
+  considered;
 - the transform schedules compute what their PrimFuncs compute, and build for sm_90 without spills.
 """
 
@@ -22,8 +23,10 @@ from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.hardware.profile import load_profile
 from tvm_fusion_hw.pipeline import fused_module, kernel_names
 from tvm_fusion_hw.schedules.winograd.rule import WinogradTransform
-from tvm_fusion_hw.schedules.winograd.transforms import TILE_SIZES, matrices
+from tvm_fusion_hw.schedules.planners import kernel_plan
+from tvm_fusion_hw.schedules.winograd.transforms import TILE_SIZES, WinogradShape, matrices
 from tvm_fusion_hw.winograd_conv import WINOGRAD, WinogradConv2d
+from tvm_fusion_hw.winograd_cost import WinogradCostModel
 from tir_checks import LLVM, assert_schedule_preserves_numerics, prim_funcs, ptxas_kernels
 
 H200, RTX3060 = "nvidia-h200", "nvidia-rtx-3060"
@@ -83,7 +86,8 @@ def winograd_kernels(mod, profile):
 
 
 def test_the_profile_decides_a_64_channel_layer():
-    """F(4x4) saves 0.375 x 64 = 24 FLOP per byte it adds: above the H200's ridge, below the RTX 3060's."""
+    """F(4x4) saves 0.375 x 64 = 24 FLOP per byte it adds, above the H200's ridge (14) and below the
+    RTX 3060's (35): there the transforms' 231 MB cost more than the GEMM saves."""
     mod, _ = conv_module(n=32, c=64, size=(56, 56), k=64)
     on_h200, (decision,) = winograd_kernels(mod, H200)
     assert on_h200 == ["winograd_data", "matmul", "fused_winograd_output_add_relu"]
@@ -94,12 +98,51 @@ def test_the_profile_decides_a_64_channel_layer():
     assert not decision.fused and "ridge 35" in decision.reason
 
 
-def test_a_late_layer_at_batch_1_stays_direct():
-    """7x7 x 512: 2.3 us of FLOPs saved at peak against two kernels' floor (4.5 us each)."""
+def test_a_late_layer_at_batch_1_follows_the_bandwidth():
+    """7x7 x 512 at batch 1: Winograd's GEMM reads a filter 4x the direct one's (36 against 9
+    values per filter). On the H200 that costs little (measured per kernel, bench/results/
+    2026-12-04-h200-winograd/res4: 21.3 us by Winograd against 23.0 direct); on the RTX 3060 the
+    37.7 MB transformed filter alone takes over 100 us at its 360 GB/s, more than the direct conv's
+    FLOPs at its peak and its 9.4 MB filter."""
     mod, _ = conv_module(n=1, c=512, size=(7, 7), k=512)
+    on_h200, (decision,) = winograd_kernels(mod, H200)
+    assert on_h200 == ["winograd_data", "matmul", "fused_winograd_output_add_relu"] and decision.fused
+    on_3060, (decision,) = winograd_kernels(mod, RTX3060)
+    assert on_3060 == ["fused_conv2d_add_relu"] and not decision.fused
+    profile = load_profile(RTX3060)
+    transformed_filter_s = 36 * 512 * 512 * 4 / profile.dram_bytes_per_s
+    direct_bound_s = max(2 * 512 * 512 * 9 * 49 / profile.peak_fp32_flop_per_s,
+                         (512 * 512 * 9 + 2 * 512 * 49) * 4 / profile.dram_bytes_per_s)
+    assert transformed_filter_s > 2 * direct_bound_s
+    assert decision.figures["gemm_us"] > transformed_filter_s * 1e6
+
+
+def test_a_three_channel_layer_stays_direct():
+    """3 input channels: Winograd saves little (K = 3) and writes a 36-plane product 21x the input
+    (VGG-11 b32 with it measured 5.82 ms against 5.12 without, res4)."""
+    mod, _ = conv_module(n=32, c=3, size=(224, 224), k=64)
     kernels, (decision,) = winograd_kernels(mod, H200)
     assert kernels == ["fused_conv2d_add_relu"] and not decision.fused
-    assert decision.figures["saved_us_at_peak"] < 2 * decision.figures["kernel_floor_us"]
+
+
+def test_a_conv_without_a_tile_model_is_costed_at_the_peak():
+    """Without the templates' planner both ways fall back to their FLOPs at the peak (and their
+    bytes): the decision says so rather than guessing a tile."""
+    shape = WinogradShape(32, 64, 64, 56, 56, (1, 1, 1, 1), 4)
+    profile = load_profile(H200)
+    planned = WinogradCostModel(profile, hw.target(H200), kernel_plan).cost(shape)
+    bare = WinogradCostModel(profile, hw.target(H200)).cost(shape)
+    assert planned.figures()["tile_model"] and not bare.figures()["tile_model"]
+    assert "no tile model" in bare.describe() and "no tile model" not in planned.describe()
+    assert bare.direct.modelled_s == pytest.approx(shape.direct_flops() / profile.peak_fp32_flop_per_s)
+
+
+def test_a_filter_transformed_per_call_is_charged():
+    shape = WinogradShape(1, 64, 64, 56, 56, (1, 1, 1, 1), 4)
+    model = WinogradCostModel(load_profile(H200), hw.target(H200), kernel_plan)
+    once, per_call = model.cost(shape), model.cost(shape, filter_per_call=True)
+    assert "filter" in per_call.transforms and "filter" not in once.transforms
+    assert per_call.winograd_s > once.winograd_s and per_call.direct_s == once.direct_s
 
 
 @pytest.mark.parametrize("shape", [dict(stride=2), dict(groups=4), dict(kernel=1, pad=0)])

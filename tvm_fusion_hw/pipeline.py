@@ -77,7 +77,9 @@ def winograd_pass(fuse_pass: tvm.transform.Pass) -> Optional[WinogradConv2d]:
     profile, config = getattr(fuse_pass, "profile", None), getattr(fuse_pass, "config", None)
     if profile is None or config is None or config.winograd == "off":
         return None
-    return WinogradConv2d(profile, tile=config.winograd_tile, mode=config.winograd)
+    planners = getattr(fuse_pass, "planners", None)
+    return WinogradConv2d(profile, tile=config.winograd_tile, mode=config.winograd,
+                          kernel_plan=planners.kernel_plan if planners is not None else None)
 
 
 def report_winograd(fuse_pass, winograd: Optional[WinogradConv2d]) -> None:

@@ -3,13 +3,12 @@
 A 3x3 convolution as an implicit GEMM spends 9 multiply-adds per output pixel and input channel;
 Winograd F(4x4, 3x3) spends 36 per 16 pixels, a quarter, at the price of two tensors it writes and
 reads back (the transformed input ``V`` and the GEMMs' output ``M``, each ``alpha^2 / m^2`` = 2.25
-times the tensor it transforms) and two more kernels. So it is a trade of FLOPs for bytes, which
-the hardware decides: the FLOPs it saves at the profile's FP32 peak against its bytes at the
-profile's DRAM bandwidth plus a kernel floor (launch and tail, measured, ``CALIBRATIONS``) for
-each added kernel. Valuing the saved FLOPs at the peak (no GEMM reaches it) keeps the rule on the
-side of the direct convolution. On a channel-square layer the saved FLOPs per added byte are
-``0.375 x channels`` for F(4x4, 3x3): above the H200's ridge point (14 FLOP/B) from 38 channels,
-above the RTX 3060's (35) from 94; at batch 1 the two added kernels' floor keeps the small late
+times the tensor it transforms) and two more kernels. So it is a trade of FLOPs for bytes and
+kernels, which the hardware decides: both ways are costed on the profile as the pipeline would run
+them (:mod:`.winograd_cost`: the direct convolution's and the batched GEMM's tile plans with their
+measured model errors, the transforms' bytes at the bandwidth and their least time), and the
+cheaper is taken. On a profile rich in bandwidth against its compute (the H200) Winograd takes
+most layers; where bandwidth is short (the RTX 3060) the transforms' bytes keep small-channel
 layers direct.
 
 Before legalization this pass rewrites each ``relax.nn.conv2d`` it takes (NCHW / OIHW, float32,
@@ -31,17 +30,16 @@ from tvm.relax import Call, Expr, PyExprMutator, expr_functor
 
 from .errors import FusionHWError
 from .fusion.analysis import tensor_shape
-from .fusion.calibrations import CALIBRATIONS
 from .fusion.decisions import Decision
 from .fusion.policy import WINOGRAD_MODES
 from .hardware.profile import HardwareProfile
+from .hardware.target import target as profile_target
 from .schedules.winograd.transforms import (FILTER_RULE, TILE_SIZES, WinogradShape, data_transform, filter_transform,
                                              filter_transform_numpy, output_transform)
+from .winograd_cost import KernelPlanner, WinogradCost, WinogradCostModel
 
 #: the rule's name in decisions
 WINOGRAD = "winograd"
-#: where the floor an added kernel costs was measured (a launch and its tail on the H200)
-_FLOOR_SOURCE = "ImplicitGemm"
 
 
 def eligible_shape(call: Call, m: int) -> Optional[WinogradShape]:
@@ -74,26 +72,20 @@ def eligible_shape(call: Call, m: int) -> Optional[WinogradShape]:
 MODES = WINOGRAD_MODES
 
 
-def decide(shape: WinogradShape, profile: HardwareProfile, label: str, mode: str = "auto") -> Decision:
-    """Winograd or direct for one convolution on ``profile`` (see the module docstring); ``mode``
-    "always" takes Winograd whatever the figures say (to measure it where the rule would not)."""
-    peak, bandwidth = profile.peak_fp32_flop_per_s, profile.dram_bytes_per_s
-    floor = CALIBRATIONS[_FLOOR_SOURCE].kernel_floor_s
-    saved = shape.direct_flops() - shape.gemm_flops()
-    added = shape.transformed_bytes()
-    gain_s = saved / peak
-    cost_s = added / bandwidth + 2 * floor
+def decide(shape: WinogradShape, profile: HardwareProfile, cost: WinogradCost, label: str,
+           mode: str = "auto") -> Decision:
+    """Winograd or direct for one convolution on ``profile``, the cheaper of ``cost``'s two ways (see
+    the module docstring); ``mode`` "always" takes Winograd whatever the costs (to measure it where
+    the rule would not)."""
+    saved, added = shape.direct_flops() - shape.gemm_flops(), shape.transformed_bytes()
     figures = {"tile": shape.m, "direct_flops": shape.direct_flops(), "winograd_flops": shape.gemm_flops(),
                "added_bytes": added, "saved_flop_per_added_byte": round(saved / added, 2),
-               "ridge_flop_per_byte": round(profile.ridge_point_flop_per_byte, 2),
-               "saved_us_at_peak": round(gain_s * 1e6, 2), "added_bytes_us": round(added / bandwidth * 1e6, 2),
-               "kernel_floor_us": round(floor * 1e6, 2)}
-    use = mode == "always" or (mode == "auto" and gain_s > cost_s)
+               "ridge_flop_per_byte": round(profile.ridge_point_flop_per_byte, 2), **cost.figures()}
+    use = mode == "always" or (mode == "auto" and cost.pays)
     forced = "" if mode == "auto" else f" (mode {mode})"
-    reason = (f"F({shape.m}x{shape.m},3x3) saves {saved / 1e9:.3g} GFLOP ({gain_s * 1e6:.1f} us at peak) for "
-              f"{added / 1e6:.3g} MB of transforms ({added / bandwidth * 1e6:.1f} us at bandwidth) and two kernels "
-              f"(2 x {floor * 1e6:.1f} us): {saved / added:.1f} FLOP saved per byte vs ridge "
-              f"{profile.ridge_point_flop_per_byte:.1f}{forced}")
+    reason = (f"F({shape.m}x{shape.m},3x3): {cost.describe()}; {saved / 1e9:.3g} GFLOP saved for "
+              f"{added / 1e6:.3g} MB of transforms ({saved / added:.1f} FLOP/B vs ridge "
+              f"{profile.ridge_point_flop_per_byte:.1f}){forced}")
     # the same producer and consumer whatever the verdict, so that profiles' decisions align
     return Decision(WINOGRAD, label, f"F({shape.m}x{shape.m},3x3)", use, reason, figures,
                     verdict="wino" if use else "direct")
@@ -114,7 +106,8 @@ class _Rewriter(PyExprMutator):
         data, weight = call.args
         label = (f"conv2d {shape.batch}x{shape.in_channels}x{shape.height}x{shape.width} -> "
                  f"{shape.out_channels}")
-        decision = decide(shape, owner.profile, label, owner.mode)
+        filter_per_call = not isinstance(weight, tvm.ir.expr.Constant) and weight not in owner.lifted_weights
+        decision = decide(shape, owner.profile, owner.costs.cost(shape, filter_per_call), label, owner.mode)
         owner.decisions.append(decision)
         if not decision.fused:
             return call
@@ -132,20 +125,26 @@ class _Rewriter(PyExprMutator):
 class WinogradConv2d:
     """Rewrite the module's 3x3 stride-1 convolutions to Winograd F(``tile`` x ``tile``, 3x3)
     where ``profile`` says it pays (``mode`` "auto"; "always", "off": see :data:`MODES`);
-    :attr:`decisions` lists every convolution considered."""
+    :attr:`decisions` lists every convolution considered. ``kernel_plan``: how the schedule
+    templates would run a PrimFunc (``TemplatePlanners.kernel_plan``), which costs both ways; None
+    costs the GEMMs at the profile's peak."""
 
-    def __init__(self, profile: HardwareProfile, tile: int = 4, mode: str = "auto"):
+    def __init__(self, profile: HardwareProfile, tile: int = 4, mode: str = "auto",
+                 kernel_plan: Optional[KernelPlanner] = None):
         if mode not in MODES:
             raise FusionHWError(f"winograd mode must be one of {', '.join(MODES)}, got '{mode}'")
         if tile not in TILE_SIZES:
             raise FusionHWError(f"winograd tile must be one of {TILE_SIZES}, got {tile}")
         self.profile, self.tile, self.mode = profile, tile, mode
         self.decisions: List[Decision] = []
+        self.costs = WinogradCostModel(profile, profile_target(profile), kernel_plan)
+        self.lifted_weights: set = set()  # per module: main's weights that main_transform_params transforms
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         self.decisions = []
         if self.mode == "off":
             return mod
+        self.lifted_weights = _lifted_weights(mod)
         rewriter = _Rewriter(mod, self)
         for gvar, func in mod.functions_items():
             if isinstance(func, relax.Function):
@@ -157,6 +156,15 @@ class WinogradConv2d:
 
 #: the function ``relax.transform.LiftTransformParams`` makes of ``main``'s weight transforms
 _TRANSFORM_PARAMS = "main_transform_params"
+
+
+def _lifted_weights(mod: tvm.IRModule) -> set:
+    """``main``'s weights (its parameters after ``num_input``) where ``main_transform_params``
+    transforms them once: a filter transform of one of them moves there (no cost per inference)."""
+    names = {gv.name_hint for gv in mod.get_global_vars()}
+    if not {"main", _TRANSFORM_PARAMS} <= names or "num_input" not in (mod["main"].attrs or {}):
+        return set()
+    return set(mod["main"].params[int(mod["main"].attrs["num_input"]):])
 
 
 def lift_filter_transforms(mod: tvm.IRModule) -> tvm.IRModule:

@@ -9,7 +9,9 @@ The rows are what ``bench/pair_calibration.py`` prints for a run; their source n
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
+from pathlib import Path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,3 +221,19 @@ CALIBRATIONS: dict[str, Calibration] = {
         ),
     ),
 }
+
+
+def _from_file(name: str) -> Calibration:
+    """A calibration whose rows are too many to list here: ``calibration_data/<name>``, as the bench
+    script that measured it writes it (its ``source`` names the run and the script)."""
+    data = json.loads((Path(__file__).parent / "calibration_data" / name).read_text(encoding="utf-8"))
+    return Calibration(source=data["source"], **{key: tuple(tuple(row) for row in data[key])
+                                                 for key in ("fused", "apart", "streaming", "smallest")})
+
+
+#: The Winograd rule's (``winograd_conv.decide``), where "fused" is the plan that replaces and
+#: "apart" the plan replaced: the Winograd GEMMs (batched matmuls) against their ImplicitGemm plans,
+#: the direct 3x3 stride-1 convolutions against theirs; streaming: the data and output transforms at
+#: batch 32; smallest: the transforms at batch 1. VGG-11, ResNet-18/50, DenseNet-121, AlexNet at
+#: batch 1 and 32, and eleven more CNNs at batch 32 (bench/winograd_calibration.py).
+CALIBRATIONS["WinogradConv2d"] = _from_file("winograd-h200.json")

@@ -1,0 +1,140 @@
+"""The Winograd rule's costs against the H200 (issue 15): the figures of ``CALIBRATIONS["WinogradConv2d"]``.
+
+``winograd_conv.decide`` costs a 3x3 convolution both ways with the GEMM template's tile model:
+the direct convolution's plan against the batched GEMM's plan plus the two transforms. This script
+reads a run's per-kernel times (the runner's ``--kernel-profile``) and pairs them with the models
+of this checkout (``schedules.planners.kernel_plan`` on the same fused PrimFuncs, built with the
+same knobs), in the rows :class:`tvm_fusion_hw.fusion.calibrations.Calibration` takes:
+
+* ``fused``: the Winograd GEMMs (kernels ``matmul*`` of a CNN's build with Winograd layers);
+* ``apart``: the direct 3x3 stride-1 convolutions (every such conv of a ``winograd=off`` build);
+* ``streaming``: the transforms at batch 32 (bytes of their parameters, measured time);
+* ``smallest``: the transforms at batch 1 (what a transform costs when its bytes do not show).
+
+    R=bench/results/2026-12-04-h200-winograd
+    python bench/winograd_calibration.py $R/res/time/results.json $R/res2/time/results.json \\
+        $R/res3/time/results.json $R/res4/time/results.json \\
+        --write tvm_fusion_hw/fusion/calibration_data/winograd-h200.json --source "..."
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import re
+import statistics
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+#: a variant's name suffix -> the knobs it was built with
+_VARIANT_KNOBS = {"hw": {}, "nowino": {"winograd": "off"}, "always": {"winograd": "always"}}
+_GEMM = re.compile(r"^matmul\d*$")
+_TRANSFORM = re.compile(r"^(winograd_data\d*|fused_winograd_output\d*(_.*)?)$")
+_DIRECT = re.compile(r"^fused_conv2d\d*(_.*)?$")
+
+
+def _knobs(variant: str) -> Optional[dict]:
+    return _VARIANT_KNOBS.get(variant.rsplit(".", 1)[-1])
+
+
+@functools.lru_cache(maxsize=None)
+def _kernels(model: str, batch: int, knobs: Tuple[Tuple[str, str], ...], profile: str) -> Dict[str, tuple]:
+    """``{kernel: (modelled us or None, parameter bytes, 3x3 stride-1 conv or not)}`` of the build."""
+    import tvm  # pylint: disable=import-outside-toplevel
+    import tvm_fusion_hw as hw  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.bundle.writer import import_model  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.pipeline import fused_module  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.schedules.planners import kernel_plan  # pylint: disable=import-outside-toplevel
+    target = hw.target(profile)
+    fused = fused_module(import_model(model, batch)[1], target, hw.fusion_pass(target, **dict(knobs)))
+    out = {}
+    for gvar, func in fused.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        shapes = [[int(d) for d in p.ty.shape] for p in func.params if hasattr(p.ty, "shape")]
+        nbytes = sum(math.prod(s) * 4 for s in shapes)
+        plan = kernel_plan(func, target)
+        out[gvar.name_hint] = (plan.time_s * 1e6 if plan and plan.time_s else None, nbytes, _is_3x3_same(shapes))
+    return out
+
+
+def _is_3x3_same(shapes: List[List[int]]) -> bool:
+    """Whether the kernel's buffers are a 3x3 stride-1 conv's: data, an [O, C, 3, 3] weight, an output
+    of the data's size (padding 1) or 2 less (none)."""
+    if len(shapes) < 3 or len(shapes[0]) != 4 or len(shapes[1]) != 4 or len(shapes[-1]) != 4:
+        return False
+    data, weight, out = shapes[0], shapes[1], shapes[-1]
+    return weight[2:] == [3, 3] and weight[1] == data[1] and out[1] == weight[0] and \
+        out[2] - data[2] in (0, -2) and out[3] - data[3] in (0, -2)
+
+
+def rows(results: Sequence[dict], profile: str) -> Dict[str, list]:
+    """The calibration's four row lists over every (model, batch, variant) of ``results``."""
+    fused, apart, streaming, smallest = [], [], [], []
+    for row in results:
+        for variant, prof in (row.get("kernels") or {}).items():
+            knobs = _knobs(variant)
+            if knobs is None or not prof:
+                continue
+            plans = _kernels(row["model"], row["batch"], tuple(sorted(knobs.items())), profile)
+            tag = f"{row['model'].split(':')[-1]} b{row['batch']}"
+            for k in prof["all"]:
+                name, measured = k["name"], k["us_per_call"]
+                modelled, nbytes, direct = plans.get(name, (None, 0, False))
+                if _GEMM.match(name) and modelled and knobs.get("winograd") != "off":
+                    fused.append((f"{tag} {name}", round(measured, 2), round(modelled, 2)))
+                elif _DIRECT.match(name) and direct and modelled and knobs.get("winograd") == "off":
+                    apart.append((f"{tag} {name}", round(measured, 2), round(modelled, 2)))
+                elif _TRANSFORM.match(name) and row["batch"] > 1:
+                    streaming.append((f"{tag} {name}", nbytes, round(measured, 2), 4.8e12))
+                elif _TRANSFORM.match(name):
+                    smallest.append((f"{tag} {name}", round(measured, 2)))
+    # one row per distinct kernel of a model (hw and always builds repeat them)
+    return {key: sorted(set(val)) for key, val in
+            (("fused", fused), ("apart", apart), ("streaming", streaming), ("smallest", smallest))}
+
+
+def _as_json(source: str, found: Dict[str, list]) -> str:
+    """The rows as JSON, one row a line."""
+    parts = [f"  {json.dumps(key)}: [\n" + ",\n".join(f"    {json.dumps(row)}" for row in val) + "\n  ]"
+             for key, val in found.items()]
+    return "{\n" + f"  \"source\": {json.dumps(source)},\n" + ",\n".join(parts) + "\n}\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("results", nargs="+", help="results.json files of runs with --kernel-profile")
+    parser.add_argument("--profile", default="nvidia-h200")
+    parser.add_argument("--write", help="write the rows here as JSON (tvm_fusion_hw/fusion/calibration_data/)")
+    parser.add_argument("--source", default="", help="where the run and the models come from, for the file")
+    args = parser.parse_args(argv)
+    results = []
+    for path in args.results:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        results += data["rows"] if isinstance(data, dict) else data
+    found = rows(results, args.profile)
+    text = _as_json(args.source, found)
+    if args.write:
+        with open(args.write, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    else:
+        print(text, end="")
+    for key in ("fused", "apart"):
+        ratios = [m / p for _, m, p in found[key]]
+        if ratios:
+            print(f"# {key}: {len(ratios)} kernels, measured / modelled median {statistics.median(ratios):.2f} "
+                  f"(min {min(ratios):.2f}, max {max(ratios):.2f})", file=sys.stderr)
+    if found["streaming"]:
+        eff = [b / (us * 1e-6) / bw for _, b, us, bw in found["streaming"]]
+        print(f"# transforms: {len(eff)}, DRAM efficiency median {statistics.median(eff):.2f}", file=sys.stderr)
+    if found["smallest"]:
+        print(f"# batch-1 transforms: median {statistics.median(us for _, us in found['smallest']):.2f} us",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
