@@ -11,6 +11,8 @@ their schedule rule (schedules/winograd). CPU only; checked:
 - the transform schedules compute what their PrimFuncs compute, and build for sm_90 without spills.
 """
 
+import re
+
 import numpy as np
 import pytest
 import tvm
@@ -197,6 +199,27 @@ def test_transform_kernels_build_without_spills_for_sm90(transform_funcs):
         kernel = ptxas_kernels(ex.mod.imports[0].inspect_source())["main_kernel"]
         assert kernel.spill_store_bytes == 0 and kernel.stack_frame_bytes == 0, name
         assert kernel.threads_per_block == tile.threads and kernel.shared_bytes == 0, name
+
+
+def test_exact_tiles_store_rows_as_vectors():
+    """A 16x16 output (four 4x4 tiles a side): the output transform stores each tile row as one
+    float4 (and computes what its PrimFunc computes); the overhanging 13x11 output stays scalar."""
+    mod, _ = conv_module(size=(16, 16))
+    target = hw.target(H200)
+    fused = prim_funcs(fused_module(mod, target, hw.fusion_pass(target, winograd="always")))
+    func = fused["fused_winograd_output_add_relu"]
+    with target:
+        _, tile, sch = WinogradTransform().schedule_best(func, target)
+        ex = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}), target=target)
+    assert tile.vector_stores and "rows stored as vectors" in tile.summary()
+    assert_schedule_preserves_numerics(func, sch)
+    source = ex.mod.imports[0].inspect_source()
+    assert len(re.findall(r"^\s*\*\(float4\*\)\(\w+ \+ .*\) = \w+;$", source, re.M)) == 4  # the tile's 4 rows
+    mod, _ = conv_module()
+    overhang = prim_funcs(fused_module(mod, target, hw.fusion_pass(target, winograd="always")))
+    with target:
+        _, tile, _ = WinogradTransform().schedule_best(overhang["fused_winograd_output_add_relu"], target)
+    assert not tile.vector_stores
 
 
 def test_a_lifted_filter_is_transformed_with_the_weights():

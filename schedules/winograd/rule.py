@@ -12,7 +12,9 @@ whose coefficients are ``Select`` chains. Here a thread owns one tile of one cha
 * output transform (``Y[n, k, h, w]`` and the convolution's fused epilogue): the thread loads the
   ``alpha^2`` GEMM outputs of its tile (consecutive threads, consecutive tiles: coalesced) and
   computes its ``m x m`` pixels, the epilogue (bias, batch norm, activation, residual) applied
-  before the store.
+  before the store. Where the tiles cover the output exactly, each row of ``m`` pixels is stored
+  (and a residual read) as one vector: scalar stores of a row are ``m`` floats apart across a
+  warp, so each touches ``m`` times the sectors it fills.
 
 Every loop inside a thread is unrolled, so each coefficient is a constant and TVM's simplifier
 drops the zero terms (Lavin's matrices are sparse). Matched by the ``schedule_rule`` annotation
@@ -47,11 +49,11 @@ class WinogradConfig:
     threads : int
         Threads per block (a tile of one channel each).
     max_attempts : int
-        Tiles tried (one).
+        Tiles tried (the output transform's vector stores, then scalar ones).
     """
 
     threads: int = 128
-    max_attempts: int = 1
+    max_attempts: int = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +63,7 @@ class WinogradProblem:
     transform: str  # DATA_RULE or OUTPUT_RULE
     work: int  # threads the grid needs
     tile: int  # m: output pixels along each side of a tile (the output transform's split)
+    exact: bool = False  # the output transform's tiles cover its output without overhang
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,9 +73,11 @@ class WinogradTile:
     threads: int
     blocks: int
     shared_bytes: int = 0
+    vector_stores: bool = False  # the output transform stores a row of its tile as one vector
 
     def summary(self) -> str:
-        return f"a thread per tile and channel (filter: per channel pair), {self.threads} threads a block, " \
+        rows = ", rows stored as vectors" if self.vector_stores else ""
+        return f"a thread per tile and channel (filter: per channel pair){rows}, {self.threads} threads a block, " \
                f"{self.blocks} blocks"
 
 
@@ -91,7 +96,8 @@ class WinogradTransform(TiledScheduleRule):
     @staticmethod
     def rank(problem, limits: GPULimits, config):
         threads = min(config.threads, limits.profile.max_threads_per_block)
-        return [WinogradTile(threads, -(-problem.work // threads))]
+        scalar = WinogradTile(threads, -(-problem.work // threads))
+        return [dataclasses.replace(scalar, vector_stores=True), scalar] if problem.exact else [scalar]
 
     @staticmethod
     def schedule(sch, problem, tile, *blocks):
@@ -135,7 +141,8 @@ def _match(sch: s_tir.Schedule) -> Optional[Tuple]:
     if tile is None:
         return None
     n, k, h, w = extents[:4]
-    return WinogradProblem(transform, n * k * -(-h // tile) * -(-w // tile), tile), anchor
+    return WinogradProblem(transform, n * k * -(-h // tile) * -(-w // tile), tile,
+                           h % tile == 0 and w % tile == 0), anchor
 
 
 def _output_tile(block) -> Optional[int]:
@@ -195,3 +202,5 @@ def _schedule_output(sch: s_tir.Schedule, problem: WinogradProblem, tile: Winogr
     init = sch.decompose_reduction(anchor, sch.get_loops(anchor)[-4])
     for block in (gemm, init, anchor, write):
         _unroll_all_below(sch, block, tx)
+    if tile.vector_stores:
+        sch.vectorize(sch.get_loops(write)[-1])  # the tile's row: m consecutive pixels
