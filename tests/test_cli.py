@@ -96,6 +96,22 @@ def test_compile_explains_schedules(capsys):
     assert "DepthwiseConv: " in section and "ImplicitGemm: " in section and " us" in section
 
 
+def test_compile_takes_fusion_knobs(capsys):
+    """conv_relu_pool's 3x3 conv: a Winograd decision by default, none with winograd=off."""
+    code, out, _ = run_cli(capsys, "compile", "conv_relu_pool", "--quiet")
+    assert code == 0 and "winograd" in out
+    code, out, _ = run_cli(capsys, "compile", "conv_relu_pool", "--quiet", "--knob", "winograd=off")
+    assert code == 0 and "winograd" not in out and "conv2d" in out
+
+
+@pytest.mark.parametrize("knob,words", [("winograd", "--knob takes NAME=VALUE"),
+                                        ("winograd=sometimes", "winograd must be one of auto, always, off"),
+                                        ("no_such_knob=1", "no_such_knob")])
+def test_bad_knob_is_one_line(capsys, knob, words):
+    code, _, err = run_cli(capsys, "compile", "conv_relu_pool", "--quiet", "--knob", knob)
+    assert_one_line_error(code, err, words)
+
+
 def test_listing_commands(capsys):
     assert run_cli(capsys, "profiles")[1].count("\n") == len(known_profiles())
     assert "mobilenet_v2" in run_cli(capsys, "models")[1]

@@ -98,6 +98,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if len(outputs) == 2 and outputs["--report-json"].resolve() == outputs["--export"].resolve():
         raise FusionHWError("--report-json and --export name the same file")
     load_profile(args.profile)  # its errors before the model's; the target (and TVM's log lines) after
+    knobs = dict(_knob_pair(text) for text in args.knobs or [])
+    pipeline.fusion_pass(args.profile, **knobs)  # a bad knob's one-line error, before the import
     model, name = _read_model(args.model, args.batch)
     tgt = make_target(args.profile)
     progress = Progress(total=2 + int(args.compare_stock) + int(args.schedules), enabled=not args.quiet)
@@ -109,10 +111,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
         if args.feedback:  # build, measure registers and occupancy, split what measures badly, rebuild
             from .feedback.split_loop import compile_with_feedback  # pylint: disable=import-outside-toplevel
 
-            result = compile_with_feedback(mod, tgt, progress=progress)
+            result = compile_with_feedback(mod, tgt, progress=progress, **knobs)
             ex, report = result.executable, result.report
         else:
-            fuse = pipeline.fusion_pass(tgt)
+            fuse = pipeline.fusion_pass(tgt, **knobs)
             with progress.stage(f"compile for {args.profile} with hardware-aware fusion", instrument_passes=True):
                 ex = tvm.compile(mod, target=tgt, relax_pipeline=pipeline.get_pipeline(tgt, fuse_pass=fuse))
             report = fuse.report
@@ -123,7 +125,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
         with progress.stage("explain the schedule of every kernel"), \
                 pipeline.pass_context(tgt):
-            choices = explain_schedules(mod, tgt, rules=None)
+            choices = explain_schedules(mod, tgt, pipeline.fusion_pass(tgt, **knobs), rules=None)
         print("\nschedules (rule, tile, modelled time):")
         print("\n".join(f"  {c}" for c in choices))
     summary = f"\nkernels: {len(report.groups)} hardware-aware; compile {ours:.1f}s"
@@ -156,6 +158,14 @@ def _knob_value(text: str):
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     return tuple(t for t in text.split(",") if t) if "," in text else text
+
+
+def _knob_pair(text: str):
+    """``--knob NAME=VALUE`` as ``(name, value)``."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise FusionHWError(f"--knob takes NAME=VALUE (a PolicyConfig field), got '{text}'")
+    return name, _knob_value(value)
 
 
 class _ProfileAction(argparse.Action):
@@ -252,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "and split fused groups that spill or lose occupancy, then rebuild")
     comp.add_argument("--schedules", action="store_true",
                       help="also print each kernel's schedule rule and tile (GPU targets)")
+    comp.add_argument("--knob", dest="knobs", action="append", metavar="NAME=VALUE",
+                      help="a fusion knob (PolicyConfig field, e.g. winograd=off); repeatable")
     comp.add_argument("--report-json", help="write the decisions as JSON here")
     comp.add_argument("--export", help="write the built library here (.so)")
     comp.add_argument("--quiet", action="store_true", help="no progress lines")
