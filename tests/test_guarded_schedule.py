@@ -88,9 +88,11 @@ def test_a_fused_pair_its_template_cannot_schedule_is_staged_again():
     so the conv keeps its GEMM template and the pool runs apart, as if the pair were staged. The
     second fusion and schedule reuse the first's remembered plans and kernels, and build what a
     pipeline told of the refusal from the start builds."""
-    ex, pipeline, warned = compile_with("conv_relu_pool", [BrokenConvPool(), ImplicitGemm()])
+    # the conv direct (winograd=off), so that the conv -> pool pair is there to fuse
+    ex, pipeline, warned = compile_with("conv_relu_pool", [BrokenConvPool(), ImplicitGemm()], winograd="off")
     refusals = tuple(pipeline.fuse_pass.config.refused_pairs)
-    direct, fresh, _ = compile_with("conv_relu_pool", [BrokenConvPool(), ImplicitGemm()], refused_pairs=refusals)
+    direct, fresh, _ = compile_with("conv_relu_pool", [BrokenConvPool(), ImplicitGemm()], refused_pairs=refusals,
+                                    winograd="off")
     assert refusals and cuda_source(ex) == cuda_source(direct)
     assert pipeline.schedule_pass.log.rules == fresh.schedule_pass.log.rules
     assert pipeline.schedule_pass.memo.hits > 0  # the kernels the second run did not change
