@@ -24,7 +24,8 @@ The mechanism wraps rules from outside, so it holds for any template, written or
 What the check costs (it was most of the plugin's compile time over stock's):
 
 * the template kernels of a module are built *together*, one ``tirx.build`` of all of them (per
-  target), and only when that fails is each built alone, so that every failure is found and
+  target) in as many parts as there are CPUs, side by side on threads (TVM's lowering releases
+  the GIL), and only where a part fails is each of its kernels built alone, so that every failure is found and
   reported with its own error, exactly as a build of that kernel alone reports it; a kernel is
   accepted when it built in a module that built. A ROCm build links the device libraries and
   runs ``ld.lld`` once, which made a build per kernel about 1.4x the cost of one build of them all;
@@ -41,10 +42,12 @@ What the check costs (it was most of the plugin's compile time over stock's):
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import subprocess
 import tempfile
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -184,21 +187,54 @@ def verify_kernels(kernels: Sequence[Tuple[str, tirx.PrimFunc]], target: Target,
     """The kernels of ``kernels`` ((name, scheduled PrimFunc) pairs, one target) that fail to
     build alone, each with its stage (``"build"`` or ``"device"``) and error.
 
-    They are built together first; only if that fails is each built alone, so that a failure is
-    the one a build of that kernel alone raises, and a kernel is accepted when it built in a
-    module that built. Names that repeat are built alone. Nothing is built with ``verify="none"``.
+    They are built together in as many parts as there are CPUs to build them on (:func:`in_parallel`);
+    only where a part fails is each of its kernels built alone, so that a failure is the one a build
+    of that kernel alone raises, and a kernel is accepted when it built in a module that built.
+    Names that repeat are built alone. Nothing is built with ``verify="none"``.
     """
     if verify == "none" or not kernels:
         return {}
     names = [name for name, _ in kernels]
-    if len(kernels) > 1 and len(set(names)) == len(names) and _check(dict(kernels), target, verify) is None:
-        return {}
-    failures = {}
-    for name, func in kernels:
-        failed = _check({name: func}, target, verify)
-        if failed is not None:
-            failures[name] = failed
-    return failures
+    parts = [[k] for k in kernels] if len(set(names)) < len(names) else _parts(list(kernels), _build_workers())
+
+    def check(part):
+        return _check(dict(part), target, verify)
+
+    failed = dict(zip(map(id, parts), in_parallel(check, parts)))
+    singles = [[k] for part in parts if failed[id(part)] is not None and len(part) > 1 for k in part]
+    failed.update(zip(map(id, singles), in_parallel(check, singles)))
+    failures = {part[0][0]: failed[id(part)] for part in parts + singles
+                if len(part) == 1 and failed[id(part)] is not None}
+    return {name: failures[name] for name in names if name in failures}
+
+
+def _build_workers() -> int:
+    """CPUs this process may run on (TVM's lowering releases the GIL: builds run side by side)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _parts(items: list, count: int) -> List[list]:
+    """``items`` dealt into at most ``count`` non-empty parts."""
+    count = max(1, min(count, len(items)))
+    return [items[i::count] for i in range(count)]
+
+
+def in_parallel(fn, items: Sequence) -> list:
+    """``[fn(item) for item in items]`` on up to one thread per CPU, every thread under a copy of the
+    caller's PassContext (its options; not its instruments, which are not made for two threads at
+    once)."""
+    workers = min(len(items), _build_workers())
+    if workers <= 1:
+        return [fn(item) for item in items]
+    ctx = tvm.transform.PassContext.current()
+
+    def run(item):
+        with tvm.transform.PassContext(opt_level=ctx.opt_level, required_pass=list(ctx.required_pass),
+                                       disabled_pass=list(ctx.disabled_pass), config=dict(ctx.config)):
+            return fn(item)
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(run, items))
 
 
 def lower_alone(name: str, func: tirx.PrimFunc, target: Target) -> None:

@@ -4,15 +4,15 @@ Both transforms are, per output tile and channel, a small dense-constant matrix 
 ``alpha x alpha`` tile: dlight would give each output element a thread and a 36-term reduction
 whose coefficients are ``Select`` chains. Here a thread owns one tile of one channel:
 
-* filter transform (``U[s, k, c]``, where the filter is a parameter, not a constant): the same,
-  a thread per output and input channel;
+* filter transform (``U[s, k, c]``, where the filter is a parameter, not a constant): as the data
+  transform, a thread per output and input channel;
 * data transform (``V[s, c, p]``): the thread loads its input tile (padding included) into
-  registers once, accumulates the ``alpha^2`` outputs in registers, and stores them; threads run
-  along ``p`` (consecutive tiles), so each of the ``alpha^2`` stores is coalesced;
+  registers once, computes both passes of the separable transform in registers, and stores the
+  ``alpha^2`` outputs; threads run along ``p`` (consecutive tiles), so each store is coalesced;
 * output transform (``Y[n, k, h, w]`` and the convolution's fused epilogue): the thread loads the
-  ``alpha^2`` GEMM outputs of its tile (consecutive threads, consecutive tiles: coalesced) and
-  computes its ``m x m`` pixels, the epilogue (bias, batch norm, activation, residual) applied
-  before the store. Where the tiles cover the output exactly, each row of ``m`` pixels is stored
+  ``alpha^2`` GEMM outputs of its tile (consecutive threads, consecutive tiles: coalesced), computes
+  both passes in registers and its ``m x m`` pixels, the epilogue (bias, batch norm, activation,
+  residual) applied before the store. Where the tiles cover the output exactly, each row of ``m`` pixels is stored
   (and a residual read) as one vector: scalar stores of a row are ``m`` floats apart across a
   warp, so each touches ``m`` times the sectors it fills.
 
@@ -35,7 +35,7 @@ from tvm_fusion_hw.schedules.base.limits import GPULimits
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
 from tvm_fusion_hw.schedules.base.tir_match import const_int
 
-from .transforms import DATA_RULE, FILTER_RULE, OUTPUT_RULE
+from .transforms import DATA_PAD, DATA_ROWS, DATA_RULE, FILTER_ROWS, FILTER_RULE, OUTPUT_COLUMNS, OUTPUT_RULE
 
 SBlockRV = s_tir.schedule.SBlockRV
 
@@ -122,27 +122,37 @@ def _match(sch: s_tir.Schedule) -> Optional[Tuple]:
     anchor = anchors[0]
     transform = str(sch.get(anchor).annotations["schedule_rule"])
     extents = [const_int(iv.dom.extent) for iv in sch.get(anchor).iter_vars]
-    if transform == FILTER_RULE:  # s, k, c spatial; the 3x3 window
-        return (WinogradProblem(transform, extents[1] * extents[2], 0), anchor) if len(blocks) == 1 else None
+    if transform == FILTER_RULE:  # s, k, c spatial; kw the window's column of the first pass
+        half = _named(sch, blocks, FILTER_ROWS)
+        return (WinogradProblem(transform, extents[1] * extents[2], 0), anchor, half) \
+            if len(blocks) == 2 and half is not None else None
     if transform == DATA_RULE:
-        # s, c, p spatial; ra, rb the tile. Producers (the padding last) stay; others are inlined.
-        pad = [b for b in blocks if sch.get(b).name_hint == "winograd_pad"]
-        if len(pad) != 1:
+        # s, c, p spatial; rb the tile's row. The padding and the first pass stay; other producers
+        # are inlined.
+        pad, half = _named(sch, blocks, DATA_PAD), _named(sch, blocks, DATA_ROWS)
+        if pad is None or half is None:
             return None
         for block in blocks:
-            if block.same_as(anchor) or block.same_as(pad[0]):
+            if any(block.same_as(b) for b in (anchor, pad, half)):
                 continue
             if not sch.get_consumers(block):
                 return None  # another output: not this rule's kernel
             sch.compute_inline(block)  # a producer fused before the padding: into its reader
-        return WinogradProblem(transform, extents[1] * extents[2], 0), anchor, pad[0]
-    # n, k, h, w spatial; ra, rb the tile's GEMM outputs. The tile size from the GEMM index.
+        return WinogradProblem(transform, extents[1] * extents[2], 0), anchor, half, pad
+    # n, k, h, w spatial; ra the tile's column of the first pass. The tile size from its index.
+    half = _named(sch, blocks, OUTPUT_COLUMNS)
     tile = _output_tile(sch.get(anchor))
-    if tile is None:
+    if tile is None or half is None:
         return None
     n, k, h, w = extents[:4]
     return WinogradProblem(transform, n * k * -(-h // tile) * -(-w // tile), tile,
-                           h % tile == 0 and w % tile == 0), anchor
+                           h % tile == 0 and w % tile == 0), anchor, half
+
+
+def _named(sch: s_tir.Schedule, blocks, name: str) -> Optional[SBlockRV]:
+    """The one block of ``blocks`` called ``name``, else None."""
+    found = [b for b in blocks if sch.get(b).name_hint == name]
+    return found[0] if len(found) == 1 else None
 
 
 def _output_tile(block) -> Optional[int]:
@@ -170,37 +180,55 @@ def _unroll_all_below(sch: s_tir.Schedule, block: SBlockRV, outer) -> None:
         below = below or sch.get(loop).same_as(outer_expr)
 
 
-def _schedule_tiles(sch: s_tir.Schedule, tile: WinogradTile, anchor: SBlockRV, pad: Optional[SBlockRV] = None) -> None:
-    """Data (``pad``: its padded input) or filter transform: ``[s, channels..., window...]`` loops,
-    a thread per channel pair, its window in registers."""
-    s, c, p, ra, rb = sch.get_loops(anchor)
-    sch.reorder(c, p, s, ra, rb)
+def _schedule_tiles(sch: s_tir.Schedule, tile: WinogradTile, anchor: SBlockRV, half: SBlockRV,
+                    pad: Optional[SBlockRV] = None) -> None:
+    """Data transform (``pad``: its padded input) or filter transform: ``[s, channels..., window]``
+    loops, a thread per channel pair, its input window and the first pass (``half``) in registers."""
+    s, c, p, reduction = sch.get_loops(anchor)
+    sch.reorder(c, p, s, reduction)
     tx = _bind(sch, sch.fuse(c, p), tile.threads)
-    if pad is None:
-        pad = sch.cache_read(anchor, 0, "local")
+    _in_registers(sch, half, tx)  # computed where it is read, its input window below it
+    if pad is not None:
+        _in_registers(sch, pad, tx)
     else:
-        sch.set_scope(pad, 0, "local")
-    sch.compute_at(pad, tx)
+        pad = sch.cache_read(half, 0, "local")
+        sch.compute_at(pad, tx)
+    half_init = sch.decompose_reduction(half, _first_below(sch, half, tx))
     write = sch.cache_write(anchor, 0, "local")
     sch.reverse_compute_at(write, tx)
-    init = sch.decompose_reduction(anchor, sch.get_loops(anchor)[-3])
-    for block in (pad, init, anchor, write):
+    init = sch.decompose_reduction(anchor, sch.get_loops(anchor)[-2])
+    for block in (pad, half_init, half, init, anchor, write):
         _unroll_all_below(sch, block, tx)
 
 
-def _schedule_output(sch: s_tir.Schedule, problem: WinogradProblem, tile: WinogradTile, anchor: SBlockRV) -> None:
+def _schedule_output(sch: s_tir.Schedule, problem: WinogradProblem, tile: WinogradTile, anchor: SBlockRV,
+                     half: SBlockRV) -> None:
     write = sch.cache_write(anchor, 0, "local")
     auto_inline_consumer_chain(sch, write)
-    n, k, h, w, ra, rb = sch.get_loops(anchor)
+    n, k, h, w, ra = sch.get_loops(anchor)
     th, vh = sch.split(h, [None, problem.tile])
     tw, vw = sch.split(w, [None, problem.tile])
-    sch.reorder(n, k, th, tw, vh, vw, ra, rb)
+    sch.reorder(n, k, th, tw, vh, vw, ra)
     tx = _bind(sch, sch.fuse(n, k, th, tw), tile.threads)
-    gemm = sch.cache_read(anchor, 0, "local")
+    _in_registers(sch, half, tx)
+    gemm = sch.cache_read(half, 0, "local")
     sch.compute_at(gemm, tx)
     sch.reverse_compute_at(write, tx)
-    init = sch.decompose_reduction(anchor, sch.get_loops(anchor)[-4])
-    for block in (gemm, init, anchor, write):
+    half_init = sch.decompose_reduction(half, _first_below(sch, half, tx))
+    init = sch.decompose_reduction(anchor, sch.get_loops(anchor)[-3])
+    for block in (gemm, half_init, half, init, anchor, write):
         _unroll_all_below(sch, block, tx)
     if tile.vector_stores:
         sch.vectorize(sch.get_loops(write)[-1])  # the tile's row: m consecutive pixels
+
+
+def _in_registers(sch: s_tir.Schedule, block: SBlockRV, tx) -> None:
+    """``block``'s buffer in registers, computed in each thread where its reader needs it."""
+    sch.set_scope(block, 0, "local")
+    sch.compute_at(block, tx)
+
+
+def _first_below(sch: s_tir.Schedule, block: SBlockRV, outer):
+    """The loop of ``block`` right below ``outer``."""
+    loops = [sch.get(loop) for loop in sch.get_loops(block)]
+    return sch.get_loops(block)[[i for i, loop in enumerate(loops) if loop.same_as(sch.get(outer))][0] + 1]

@@ -16,10 +16,12 @@ image-major then tile rows then tile columns):
 * the GEMMs ``M[s, k, p] = sum_c U[s, k, c] V[s, c, p]`` (a batched matmul, the GEMM template's),
 * output ``Y[n, k, h, w]`` (:func:`output_transform`), in the convolution's own layout.
 
-Each transform is a reduction over the tile's ``alpha x alpha`` (or ``3 x 3``) positions with
-coefficients that are constants once the schedule unrolls the tile (``Select`` chains over the
-position, folded by TVM's simplifier, zero terms dropped); the blocks carry ``schedule_rule``
-annotations (TVM's own convention, as its topi Winograd computes) that :mod:`.rule` schedules.
+The transforms are separable: each is two reductions over one side of the tile
+(``B^T d``, then ``(B^T d) B``), ``2 alpha`` terms an output instead of ``alpha^2`` (the unrolled
+kernel is a third of the size, which TVM's lowering and nvcc pass over). Coefficients are
+constants once the schedule unrolls the tile (``Select`` chains over the position, folded by TVM's
+simplifier, zero terms dropped); the blocks carry ``schedule_rule`` annotations (TVM's own
+convention, as its topi Winograd computes) that :mod:`.rule` schedules.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ from tvm import te, tirx
 FILTER_RULE = "winograd_filter"
 DATA_RULE = "winograd_data"
 OUTPUT_RULE = "winograd_output"
+#: The data transform's padded input, and each transform's first pass (a separable transform's
+#: half: ``2 alpha`` terms an output instead of ``alpha^2``), as the rule finds them by name.
+DATA_PAD = "winograd_pad"
+FILTER_ROWS = "winograd_filter_rows"
+DATA_ROWS = "winograd_data_rows"
+OUTPUT_COLUMNS = "winograd_output_columns"
 
 # Lavin and Gray 2016, F(2x2, 3x3) and F(4x4, 3x3): (B^T, G, A^T), exact.
 _MATRICES = {
@@ -120,21 +128,25 @@ def filter_transform_numpy(weight: np.ndarray, m: int) -> np.ndarray:
 def filter_transform(weight: te.Tensor, m: int) -> te.Tensor:
     """:func:`filter_transform_numpy` as a TE compute, for a filter that is not a constant (a
     parameter: ``relax.transform.LiftTransformParams`` moves it out of the inference when it runs
-    after this rewrite)."""
+    after this rewrite), in two passes: ``G g`` (:data:`FILTER_ROWS`), then ``(G g) G^T``."""
     _, g, _ = matrices(m)
     alpha = m + 2
     out_ch, in_ch = weight.shape[0], weight.shape[1]
     kh = te.reduce_axis((0, 3), "kh")
+    half = te.compute(  # (G g)[eps, b]
+        (alpha, 3, out_ch, in_ch),
+        lambda eps, b, k, c: te.sum(weight[k, c, kh, b] * _coefficient(g, eps, kh, weight.dtype), axis=kh),
+        name=FILTER_ROWS)
     kw = te.reduce_axis((0, 3), "kw")
     return te.compute(
         (alpha * alpha, out_ch, in_ch),
-        lambda s, k, c: te.sum(weight[k, c, kh, kw] * _coefficient(g, s // alpha, kh, weight.dtype)
-                               * _coefficient(g, s % alpha, kw, weight.dtype), axis=[kh, kw]),
+        lambda s, k, c: te.sum(half[s // alpha, kw, k, c] * _coefficient(g, s % alpha, kw, weight.dtype), axis=kw),
         name="winograd_filter", attrs={"schedule_rule": FILTER_RULE})
 
 
 def data_transform(data: te.Tensor, shape: WinogradShape) -> te.Tensor:
-    """``V[s, c, p] = (B^T d B)[eps, nu]`` over the input tile of every output tile ``p``."""
+    """``V[s, c, p] = (B^T d B)[eps, nu]`` over the input tile of every output tile ``p``, in two
+    passes: the tile's columns (``B^T d``, :data:`DATA_ROWS`), then its rows."""
     bt, _, _ = matrices(shape.m)
     m, alpha = shape.m, shape.alpha
     top, left = shape.pad[0], shape.pad[1]
@@ -146,32 +158,39 @@ def data_transform(data: te.Tensor, shape: WinogradShape) -> te.Tensor:
         lambda n, c, y, x: tirx.if_then_else(
             tirx.all(y >= top, y < top + height, x >= left, x < left + width),
             data[n, c, y - top, x - left], tirx.const(0, data.dtype)),
-        name="winograd_pad")
+        name=DATA_PAD)
     per_image = shape.tiles_h * shape.tiles_w
     ra = te.reduce_axis((0, alpha), "ra")
+    half = te.compute(  # (B^T d)[eps, b]
+        (alpha, alpha, shape.in_channels, shape.tiles),
+        lambda eps, b, c, p: te.sum(
+            padded[p // per_image, c, (p % per_image) // shape.tiles_w * m + ra, p % shape.tiles_w * m + b]
+            * _coefficient(bt, eps, ra, data.dtype), axis=ra),
+        name=DATA_ROWS)
     rb = te.reduce_axis((0, alpha), "rb")
     return te.compute(
         (alpha * alpha, shape.in_channels, shape.tiles),
-        lambda s, c, p: te.sum(
-            padded[p // per_image, c, (p % per_image) // shape.tiles_w * m + ra, p % shape.tiles_w * m + rb]
-            * _coefficient(bt, s // alpha, ra, data.dtype) * _coefficient(bt, s % alpha, rb, data.dtype),
-            axis=[ra, rb]),
+        lambda s, c, p: te.sum(half[s // alpha, rb, c, p] * _coefficient(bt, s % alpha, rb, data.dtype), axis=rb),
         name="winograd_data", attrs={"schedule_rule": DATA_RULE})
 
 
 def output_transform(gemm: te.Tensor, shape: WinogradShape) -> te.Tensor:
-    """``Y[n, k, h, w] = (A^T M A)[h mod m, w mod m]`` of the GEMMs' tile that holds pixel ``(h, w)``."""
+    """``Y[n, k, h, w] = (A^T M A)[h mod m, w mod m]`` of the GEMMs' tile that holds pixel ``(h, w)``,
+    in two passes: ``M A`` (:data:`OUTPUT_COLUMNS`), then ``A^T`` of it."""
     _, _, at = matrices(shape.m)
     m, alpha = shape.m, shape.alpha
     per_image = shape.tiles_h * shape.tiles_w
-    ra = te.reduce_axis((0, alpha), "ra")
     rb = te.reduce_axis((0, alpha), "rb")
+    half = te.compute(  # (M A)[a, j]
+        (alpha, m, shape.out_channels, shape.tiles),
+        lambda a, j, k, p: te.sum(gemm[a * alpha + rb, k, p] * _coefficient(at, j, rb, gemm.dtype), axis=rb),
+        name=OUTPUT_COLUMNS)
+    ra = te.reduce_axis((0, alpha), "ra")
     return te.compute(
         (shape.batch, shape.out_channels, shape.out_height, shape.out_width),
         lambda n, k, h, w: te.sum(
-            gemm[ra * alpha + rb, k, n * per_image + h // m * shape.tiles_w + w // m]
-            * _coefficient(at, h % m, ra, gemm.dtype) * _coefficient(at, w % m, rb, gemm.dtype),
-            axis=[ra, rb]),
+            half[ra, w % m, k, n * per_image + h // m * shape.tiles_w + w // m]
+            * _coefficient(at, h % m, ra, gemm.dtype), axis=ra),
         name="winograd_output", attrs={"schedule_rule": OUTPUT_RULE})
 
 
