@@ -23,7 +23,7 @@ import tvm
 from tvm import relax, s_tir, tirx
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw.guarded_schedule import build_alone
+from tvm_fusion_hw.kernel_check import build_alone
 from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.pipeline import fused_module, kernel_names, stock_groups
 from tvm_fusion_hw.schedules import Attention
