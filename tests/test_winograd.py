@@ -187,6 +187,23 @@ def test_transform_schedules_compute_the_same(transform_funcs, name):
     assert_schedule_preserves_numerics(func, planned[2])
 
 
+def test_transforms_whose_threads_divide_channels_times_tiles_are_scheduled():
+    """Batch 2, 128 output channels of 9 tiles each: the block's 128 threads divide channels x
+    tiles, and computed at the fused thread loop the first pass's bindings are not quasi-affine
+    (decomposing its reduction there failed, and the output transform fell to dlight's
+    GeneralReduction). The rule takes every transform, and each computes what its PrimFunc does."""
+    mod, _ = conv_module(n=2, k=128, size=(12, 12), weight_param=True)
+    target = hw.target(H200)
+    fused = prim_funcs(fused_module(mod, target, hw.fusion_pass(target, winograd="always")))
+    transforms = {name: f for name, f in fused.items() if "winograd" in name}
+    assert sorted(transforms) == ["fused_winograd_output_add_relu", "winograd_data", "winograd_filter"]
+    for name, func in transforms.items():
+        with target:
+            planned = WinogradTransform().schedule_best(func, target)
+        assert planned is not None, name
+        assert_schedule_preserves_numerics(func, planned[2])
+
+
 def test_transform_kernels_build_without_spills_for_sm90(transform_funcs):
     if not toolchain.have_nvcc():
         pytest.skip("nvcc not found")

@@ -23,6 +23,7 @@ def allocated_shared_bytes(func: tirx.PrimFunc) -> int:
     2.8x the plan), so rules compare this figure with their plan before accepting a schedule.
     """
     mod = tvm.IRModule({"main": func})
+    mod = tvm.s_tir.transform.LowerInitBlock()(mod)  # the build's first passes, in its order
     mod = tvm.s_tir.transform.PlanAndUpdateBufferAllocationLocation()(mod)
     mod = tvm.s_tir.transform.ConvertBlocksToOpaque()(mod)
     mod = tvm.s_tir.transform.CompactBufferAllocation()(mod)

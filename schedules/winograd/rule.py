@@ -187,17 +187,15 @@ def _schedule_tiles(sch: s_tir.Schedule, tile: WinogradTile, anchor: SBlockRV, h
     s, c, p, reduction = sch.get_loops(anchor)
     sch.reorder(c, p, s, reduction)
     tx = _bind(sch, sch.fuse(c, p), tile.threads)
-    _in_registers(sch, half, tx)  # computed where it is read, its input window below it
+    window = sch.cache_read(half, 0, "local") if pad is None else pad  # the input window, in registers
+    _first_pass_in_registers(sch, half, tx)
     if pad is not None:
-        _in_registers(sch, pad, tx)
-    else:
-        pad = sch.cache_read(half, 0, "local")
-        sch.compute_at(pad, tx)
-    half_init = sch.decompose_reduction(half, _first_below(sch, half, tx))
+        sch.set_scope(pad, 0, "local")
+    sch.compute_at(window, tx)
     write = sch.cache_write(anchor, 0, "local")
     sch.reverse_compute_at(write, tx)
     init = sch.decompose_reduction(anchor, sch.get_loops(anchor)[-2])
-    for block in (pad, half_init, half, init, anchor, write):
+    for block in (window, half, init, anchor, write):
         _unroll_all_below(sch, block, tx)
 
 
@@ -210,25 +208,22 @@ def _schedule_output(sch: s_tir.Schedule, problem: WinogradProblem, tile: Winogr
     tw, vw = sch.split(w, [None, problem.tile])
     sch.reorder(n, k, th, tw, vh, vw, ra)
     tx = _bind(sch, sch.fuse(n, k, th, tw), tile.threads)
-    _in_registers(sch, half, tx)
     gemm = sch.cache_read(half, 0, "local")
+    _first_pass_in_registers(sch, half, tx)
     sch.compute_at(gemm, tx)
     sch.reverse_compute_at(write, tx)
-    half_init = sch.decompose_reduction(half, _first_below(sch, half, tx))
     init = sch.decompose_reduction(anchor, sch.get_loops(anchor)[-3])
-    for block in (gemm, half_init, half, init, anchor, write):
+    for block in (gemm, half, init, anchor, write):
         _unroll_all_below(sch, block, tx)
     if tile.vector_stores:
         sch.vectorize(sch.get_loops(write)[-1])  # the tile's row: m consecutive pixels
 
 
-def _in_registers(sch: s_tir.Schedule, block: SBlockRV, tx) -> None:
-    """``block``'s buffer in registers, computed in each thread where its reader needs it."""
-    sch.set_scope(block, 0, "local")
-    sch.compute_at(block, tx)
-
-
-def _first_below(sch: s_tir.Schedule, block: SBlockRV, outer):
-    """The loop of ``block`` right below ``outer``."""
-    loops = [sch.get(loop) for loop in sch.get_loops(block)]
-    return sch.get_loops(block)[[i for i, loop in enumerate(loops) if loop.same_as(sch.get(outer))][0] + 1]
+def _first_pass_in_registers(sch: s_tir.Schedule, half: SBlockRV, tx) -> None:
+    """The first pass's buffer in registers, computed in each thread where the second pass reads
+    it. Its reduction keeps its init (zeroing at the first unrolled term, folded once unrolled):
+    computed at a fused thread loop, its bindings can lose the quasi-affine form that decomposing
+    the reduction needs (an output transform at batch 2 whose channels x tiles the block's threads
+    divide)."""
+    sch.set_scope(half, 0, "local")
+    sch.compute_at(half, tx)
