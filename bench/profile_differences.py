@@ -215,7 +215,7 @@ def _odd_one(row: dict, name: str) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--models", nargs="+")
+    parser.add_argument("--models", nargs="+", help="corpus models (NAME or corpus:NAME; default all)")
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 32])
     parser.add_argument("--markdown-only", action="store_true",
                         help="rewrite profile_differences.md from the JSON already in --out")
@@ -230,7 +230,10 @@ def main() -> int:
     from tvm_fusion_hw.hardware.profile import known_profiles, load_profile  # pylint: disable=import-outside-toplevel
 
     profiles = [load_profile(n) for n in known_profiles()]
-    names = args.models or corpus.names()
+    names = [m.removeprefix("corpus:") for m in args.models] if args.models else corpus.names()
+    unknown = sorted(set(names) - set(corpus.names()))
+    if unknown:
+        parser.error(f"not corpus models: {', '.join(unknown)} (known: {', '.join(corpus.names())})")
     entries = []
     for name in names:
         for batch in args.batches:
@@ -240,8 +243,9 @@ def main() -> int:
             except Exception as err:  # noqa: BLE001  # one model's failure is a row, not the end
                 entries.append({"model": name, "batch": batch, "error": f"{type(err).__name__}: {err}",
                                 "kernels": {}, "differences": []})
+            failed = f", FAILED: {entries[-1]['error']}" if "error" in entries[-1] else ""
             print(f"{name} b{batch}: {len(entries[-1]['differences'])} differing decisions "
-                  f"({time.perf_counter() - start:.0f}s)", file=sys.stderr, flush=True)
+                  f"({time.perf_counter() - start:.0f}s{failed})", file=sys.stderr, flush=True)
     result = {"profiles": [p.name for p in profiles], "batches": args.batches, "models": names,
               "ridge": {p.name: p.ridge_point_flop_per_byte for p in profiles}, "entries": entries,
               "models_with_a_difference": sorted({e["model"] for e in entries if e["differences"]})}

@@ -62,14 +62,37 @@ def _stored_values(blocks: Iterable[s_tir.SBlock]):
             yield block.body.value
 
 
+def _spatial_blocks(func: tirx.PrimFunc):
+    found = []
+    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, found.append), order="post")
+    return [b for b in found if b.iter_vars and not is_reduction(b)]
+
+
+def selects_among_inputs(func: tirx.PrimFunc) -> bool:
+    """Whether an element of ``func``'s output is chosen among several inputs by guards (a
+    concatenation): a guard whose two sides both load. A padding guard (data or a constant) is
+    not; computed inside a reader's loads the choice is a chain of compares an element that
+    :func:`value_instructions` does not count (it counts a guard as index math)."""
+    def both_sides_load(expr) -> bool:
+        if isinstance(expr, tirx.Select):
+            sides = (expr.true_value, expr.false_value)
+        elif getattr(getattr(expr, "op", None), "name", "").endswith("if_then_else"):
+            sides = (expr.args[1], expr.args[2])
+        else:
+            return False
+        return all(_count(side)[0] > 0 for side in sides)
+
+    found = []
+    for value in _stored_values(_spatial_blocks(func)):
+        tvm_ffi.structural_walk(value, [(tirx.Select, found.append), (ir.Call, found.append)], order="post")
+    return any(both_sides_load(e) for e in found)
+
+
 def func_instructions(func: tirx.PrimFunc) -> int:
     """Instructions an element of an element-wise PrimFunc's output costs beyond a copy, summed
     over its spatial blocks (each inlined into the reader's loads after fusion; reductions are
     not a prologue's work)."""
-    found = []
-    tvm_ffi.structural_walk(func.body, (s_tir.SBlock, found.append), order="post")
-    spatial = (b for b in found if b.iter_vars and not is_reduction(b))
-    return sum(value_instructions(v) for v in _stored_values(spatial))
+    return sum(value_instructions(v) for v in _stored_values(_spatial_blocks(func)))
 
 
 def operand_instructions(sch: s_tir.Schedule, block, read: int) -> int:

@@ -57,8 +57,9 @@ from tvm.target import Target
 
 from tvm_fusion_hw.plans import KernelPlan, as_plan
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
-from tvm_fusion_hw.schedules.base.prologue import func_instructions, operand_instructions
+from tvm_fusion_hw.schedules.base.prologue import func_instructions, operand_instructions, selects_among_inputs
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
+from tvm_fusion_hw.schedules.base.source_access import source_access
 from tvm_fusion_hw.schedules.base.tir_match import const_int
 
 from .groups import split_groups
@@ -160,10 +161,13 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
                 pass
     # the C map runs over the output's iterators (a grouped conv's channel is two of them)
     rows_contiguous = _last_axis_goes_to_rows(maps[3], len(maps[3].initial_indices))
-    spatial_inner = tuple(_last_index_is_spatial(stmt, i) for i in (0, 1))
+    # the copies into shared memory read what the operand's producers read (a prologue is inlined
+    # into them): a transposed operand coalesces along the other axis
+    sources = [source_access(sch, gemm, i) for i in (0, 1)]
+    spatial_inner = tuple(_last_index_is_spatial(stmt, indices[-1]) for _, indices in sources)
     # a vector copy also needs every row of the operand to start on a vector boundary
-    vector_inner = tuple(_last_index_is_spatial(stmt, i, bare=True) and _rows_align(stmt, i, _ASYNC_VECTOR)
-                         for i in (0, 1))
+    vector_inner = tuple(_last_index_is_spatial(stmt, indices[-1], bare=True) and _rows_align(buf, _ASYNC_VECTOR)
+                         for buf, indices in sources)
     prologue = (operand_instructions(sch, gemm, 0), operand_instructions(sch, gemm, 1))
 
     # dlight's normalisation: C[S, I, J] += A[S, I, K] * B[S, J, K] (K may be one element: .normalize)
@@ -190,24 +194,27 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
 def prologue_plan(producers: Sequence[tirx.PrimFunc], consumer: tirx.PrimFunc, operand: int,
                   target: Target) -> Optional[KernelPlan]:
     """The plan ImplicitGemm would run ``consumer`` (a conv or matmul, unfused) with on ``target``
-    once the element-wise ``producers`` of its argument ``operand`` (0: the data or left matrix,
-    the GEMM's A; 1: the weights or right matrix, B) are fused into its loads; None when the rule
-    does not take the GEMM.
+    once the ``producers`` of its argument ``operand`` (0: the data or left matrix, the GEMM's A;
+    1: the weights or right matrix, B) are fused into its loads; None when the rule does not take
+    the GEMM, or when a producer chooses each element among several inputs (a concatenation: a
+    chain of compares an element that the plan does not count).
 
     The same problem as the fused PrimFunc's (the test suite checks that the rule's own plan of
-    the fused kernel agrees), with the producers' work in every copy of that operand and no
-    ``cp.async``: the copy computes.
+    the fused kernel agrees), with the producers' work in every copy of that operand: a copy that
+    computes (an element-wise producer) gets no ``cp.async``; one that only moves elements (a
+    transpose, a reshape, a slice) keeps it, reading through the composed index.
     """
     rule = ImplicitGemm()
     if operand not in (0, 1) or not isinstance(target, Target) or not rule.is_target_available(target):
+        return None
+    if any(selects_among_inputs(f) for f in producers):
         return None
     planned = rule.plan(consumer, target)
     if planned is None:
         return None
     problem = planned[0]
     work = list(problem.prologue_instructions)
-    # at least one instruction: a producer that only copies (a cast-free reshape) still stops cp.async
-    work[operand] += max(1, sum(func_instructions(f) for f in producers))
+    work[operand] += sum(func_instructions(f) for f in producers)
     with target:
         tiles = rank_tiles(dataclasses.replace(problem, prologue_instructions=tuple(work)),
                            gpu_limits(target), rule.get_config(target))
@@ -242,17 +249,16 @@ def _shares_output_axis(stmt: s_tir.SBlock) -> bool:
     return False
 
 
-def _rows_align(stmt: s_tir.SBlock, read: int, lanes: int) -> bool:
-    """Whether operand ``read``'s innermost extent is a known multiple of ``lanes``."""
-    extent = const_int(stmt.reads[read].source.shape[-1])
+def _rows_align(buffer: tirx.Buffer, lanes: int) -> bool:
+    """Whether ``buffer``'s innermost extent is a known multiple of ``lanes``."""
+    extent = const_int(buffer.shape[-1])
     return extent is not None and extent % lanes == 0
 
 
-def _last_index_is_spatial(stmt: s_tir.SBlock, read: int, bare: bool = False) -> bool:
-    """Whether operand ``read``'s innermost index moves with a spatial iterator (not only K);
-    with ``bare``, whether it is that iterator alone."""
+def _last_index_is_spatial(stmt: s_tir.SBlock, last: tirx.Expr, bare: bool = False) -> bool:
+    """Whether an operand's innermost index ``last`` (in ``stmt``'s iterators) moves with a spatial
+    iterator (not only K); with ``bare``, whether it is that iterator alone."""
     spatial = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
-    last = stmt.reads[read].region[-1].min
     if bare:
         return any(last.same_as(s) for s in spatial)
     used = tirx.analysis.undefined_vars(last, [])

@@ -213,7 +213,7 @@ class Partition:
                 self.propose(self.policy.prologue, gid, target)
             elif self._is_scalar_operand(gid):
                 self.propose(self.policy.scalar_operand, gid, target)
-            elif self.max_pattern(gid) <= BROADCAST and self._contraction_operand(gid, target) is not None:
+            elif self._prologue_candidate(gid) and self._contraction_operand(gid, target) is not None:
                 continue  # phase 5, once the chains that feed it have formed
             else:
                 self.decisions.append(Decision(
@@ -221,17 +221,24 @@ class Partition:
                     f"a {self.kinds(target)} template loads its operands itself: no prologue fusion"))
 
     def _gemm_prologues(self) -> None:
-        # After the chains: a slice offered alone would take the contraction while the concat that
-        # feeds it stays apart, writing the whole tensor; offered with its chain, the group is
-        # injective and stays apart as one kernel writing the slice.
+        # After the chains, so that a light group is offered whole: a slice offered alone would
+        # take the contraction while the concat that feeds it stayed apart, writing the whole
+        # tensor (offered with its chain, the template declines the concat: .prologue_rule).
         for node in reversed(self.graph.nodes):
             gid = self.group_of[node.index]
-            if node.index != max(self.members[gid]) or self.max_pattern(gid) > BROADCAST:
+            if node.index != max(self.members[gid]) or not self._prologue_candidate(gid):
                 continue
             target = self.consumer_group(gid)
             operand = None if target is None else self._contraction_operand(gid, target)
             if operand is not None:
                 self.propose(lambda p, c, m, k=operand: self.policy.gemm_prologue(p, c, m, k), gid, target)
+
+    def _prologue_candidate(self, gid: int) -> bool:
+        """Light work a contraction's loads could compute: element-wise and broadcast ops, and with
+        ``layout_prologues`` injective ones (a transpose, a reshape, a slice: the loads read through
+        the composed index instead of a copy being written and read back)."""
+        pattern = self.max_pattern(gid)
+        return pattern <= BROADCAST or (pattern <= INJECTIVE and self.policy.config.layout_prologues)
 
     def _contraction_operand(self, gid: int, target: int) -> Optional[int]:
         """Which argument (0 or 1) of ``target``'s contraction ``gid``'s one output is, when the

@@ -1,4 +1,4 @@
-"""Element-wise producers computed inside a contraction's operand loads: a GEMM prologue.
+"""Light producers computed inside a contraction's operand loads: a GEMM prologue.
 
 Stock FuseOps never fuses an element-wise op into the convolution or matmul that reads it (a
 contraction only takes consumers), so a squeeze-and-excitation block's channel scale, ``x * s``
@@ -14,6 +14,13 @@ are costed as the complex-pair rule costs a pair (:mod:`.pair_cost`): the templa
 prologue against its plan of the contraction alone plus the producer at its DRAM floor, each kernel
 at least the least time a kernel took where the calibration measured one (a launch and its tail:
 at batch 1 the producer's own kernel costs more than its bytes).
+
+Copies that only move elements are prologues too (``layout_prologues``): attention's transposes
+and reshapes around its batched matmuls, a squeeze, a slice. The loads read the copy's input
+through the composed index (the template coalesces them along that buffer's contiguous axis), the
+copy's kernel and its round trip go, and a copy that computes nothing keeps ``cp.async``. A
+concatenation is declined by the template: choosing each element among its inputs is a chain of
+compares the plan does not count.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Dict
 from tvm_fusion_hw.plans import as_plan
 
 from .decisions import Decision
+from .graph import INJECTIVE
 from .group_view import GroupView
 from .memo import target_key
 from .pair_cost import pair_cost
@@ -49,9 +57,13 @@ class GemmPrologueRule:
         figures.update({"producer_ops": list(producer.ops), "consumer_ops": list(consumer.ops),
                         "operand": operand})
 
+        # a layout prologue moves elements (a transpose, a reshape, a slice): the loads read
+        # through the composed index
+        light = "layout" if any(info.pattern == INJECTIVE for info in producer.infos) else "element-wise"
+
         def decision(fused: bool, reason: str) -> Decision:
             return Decision(GEMM_PROLOGUE, producer.label, consumer.label, fused,
-                            f"element-wise -> {kind}: {reason}", figures)
+                            f"{light} -> {kind}: {reason}", figures)
 
         refusal = next((r for r in cfg.refused_pairs if (tuple(r.producer_ops), tuple(r.consumer_ops))
                         == (tuple(producer.ops), tuple(consumer.ops))), None)
