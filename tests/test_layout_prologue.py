@@ -6,9 +6,10 @@ projection; stock FuseOps runs each copy as a kernel of its own. With ``layout_p
 GEMM's loads read the copy's input through the composed index. CPU only; checked:
 - the index composed through the copies (schedules/base/source_access.py), and the copy direction
   it gives: a transposed operand is copied along the other axis;
-- the fusion: the transpose joins the matmul (one kernel), not with ``layout_prologues=False`` and
-  never under stock FuseOps; a concatenation is declined, and the decision says so;
-- the schedules compute what the unscheduled fused PrimFuncs compute;
+- the fusion: the transpose joins the matmul (one kernel) with ``layout_prologues=True``, not by
+  default (off until measured on the GPU) and never under stock FuseOps; a concatenation is declined, and the decision says so;
+- the schedules compute what the unscheduled fused PrimFuncs compute (by hand, and BERT's two
+  batched matmuls with their reshapes and transposes);
 - a copy that computes nothing keeps ``cp.async``, in the plan asked before fusion and in the
   fused kernel's CUDA source.
 """
@@ -24,7 +25,7 @@ from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.base.prologue import selects_among_inputs
 from tvm_fusion_hw.schedules.base.source_access import source_access
 from tvm_fusion_hw.schedules.gemm.rule import ImplicitGemm, prologue_plan
-from tir_checks import assert_schedule_preserves_numerics, prim_funcs
+from tir_checks import assert_schedule_preserves_numerics, fused_funcs, prim_funcs
 
 H200 = "nvidia-h200"
 
@@ -127,12 +128,12 @@ def kernels(mod, fuse):
 
 def test_the_copies_join_their_matmuls_only_with_the_rule():
     target = hw.target(H200)
-    fuse = hw.fusion_pass(target)
+    fuse = hw.fusion_pass(target, layout_prologues=True)
     assert kernels(attention_scores_module(), fuse) == ["fused_transpose1_reshape_matmul1", "fused_transpose_matmul"]
     decisions = [d for d in fuse.report.decisions if d.rule == GEMM_PROLOGUE]
     assert len(decisions) == 2 and all(d.fused and d.reason.startswith("layout -> matmul") for d in decisions)
     apart = ["fused_transpose1_reshape", "matmul", "matmul1", "transpose"]
-    assert kernels(attention_scores_module(), hw.fusion_pass(target, layout_prologues=False)) == apart
+    assert kernels(attention_scores_module(), hw.fusion_pass(target)) == apart  # the default, until measured
     assert kernels(attention_scores_module(), None) == apart  # stock FuseOps: each copy a kernel
 
 
@@ -146,7 +147,7 @@ def test_a_concatenation_is_declined_with_its_reason():
             joined = bb.emit(relax.op.concat([a, b], axis=1))
             out = bb.emit_output(relax.op.matmul(joined, w))
         bb.emit_func_output(out)
-    fuse = hw.fusion_pass(hw.target(H200))
+    fuse = hw.fusion_pass(hw.target(H200), layout_prologues=True)
     assert len(kernels(bb.get(), fuse)) == 2
     decision = next(d for d in fuse.report.decisions if d.rule == GEMM_PROLOGUE)
     assert not decision.fused and decision.reason.startswith("layout -> matmul") and "cannot compute" in decision.reason
@@ -162,6 +163,23 @@ def test_a_concatenation_selects_and_a_padding_does_not():
 
 # ---- (3) the schedules compute the same ----------------------------------------------------------
 CASES = {"scores": lambda: scores_funcs()[2], "projection": projection_func}
+
+
+@pytest.fixture(scope="module")
+def bert_layer():
+    """BERT's encoder layer at batch 1 fused with layout prologues (no attention chain: its batched
+    matmuls stay GEMMs)."""
+    return fused_funcs("bert_encoder_layer", 1, hw.target(H200), attention=False, layout_prologues=True)
+
+
+@pytest.mark.parametrize("name", ["fused_reshape_transpose_matmul2",  # p @ v, v read through the copies
+                                  "fused_reshape_transpose_transpose1_matmul1_divide"])  # q @ k^T
+def test_bert_batched_matmuls_with_their_copies_compute_the_same(bert_layer, name):
+    func = bert_layer[name]
+    target = hw.target(H200)
+    with target:
+        _, tile, sch = ImplicitGemm().schedule_best(func, target)
+    assert_schedule_preserves_numerics(func, sch, reassociates=tile.split_k > 1, blocks_reversed=True)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -123,9 +123,7 @@ NUMERICS = [
     ("resnet50", 1, "fused_conv2d10_add5_batch_norm4_relu4"),  # 3x3 stride 2, split K
     ("resnet50", 1, "fused_conv2d19_add14_batch_norm11_add15_relu11"),  # residual epilogue
     ("bert_encoder_layer", 1, "fused_matmul3_add2_divide1_erf_add3_multiply_multiply1"),  # GELU
-    # batched (S = heads), operands read through the reshape and transposes (layout prologues)
-    ("bert_encoder_layer", 1, "fused_reshape_transpose_matmul2"),
-    ("bert_encoder_layer", 1, "fused_reshape_transpose_transpose1_matmul1_divide"),
+    ("bert_encoder_layer", 1, "matmul2"),  # batched (S = heads)
 ]
 
 
