@@ -60,9 +60,15 @@ def model_differences(name: str, batch: int, profiles) -> dict:
             fused = pipeline.fused_module(mod, tgt, fuse)
         kernels[profile.name] = len(pipeline.kernel_names(fused))
         plans.append(plan_view(profile, fuse))
-    rows = []
+    rows, consequences = [], 0
     for row in align_decisions(plans):
         if not row.differs:
+            continue
+        made = [d for d in row.decisions if d is not None]
+        if len({(d.fused, d.staged) for d in made}) < 2:
+            # the same verdict wherever it was asked; absent elsewhere because an earlier decision
+            # (a Winograd rewrite, a pair) shaped the graph otherwise: a consequence, not a difference
+            consequences += 1
             continue
         per_profile = {}
         for plan, decision in zip(plans, row.decisions):
@@ -74,7 +80,8 @@ def model_differences(name: str, batch: int, profiles) -> dict:
                                        "figures": figures}
         rows.append({"rule": row.rule, "producer": row.producer, "consumer": row.consumer,
                      "why": row.why, "profiles": per_profile})
-    return {"model": name, "batch": batch, "kernels": kernels, "differences": rows}
+    return {"model": name, "batch": batch, "kernels": kernels, "differences": rows,
+            "absent_elsewhere": consequences}
 
 
 def _verdict(decision) -> str:
@@ -154,7 +161,9 @@ def markdown(result: dict) -> str:
         grouped = [e for e in at if (e["model"], batch) in fusing]
         lines.append(f"- batch {batch}: {len(differ)} of {len(at)} models have at least one decision "
                      f"that differs between profiles; in {len(grouped)} a pair is fused on one profile "
-                     f"and not on another (different kernels)")
+                     f"and not on another (different kernels); "
+                     f"{sum(e.get('absent_elsewhere', 0) for e in at)} decisions with one verdict were "
+                     "asked on some profiles only (the graph shaped by an earlier decision), not counted")
     any_batch = {e["model"] for e in entries if e["differences"]}
     any_fusing = {m for m, _ in fusing}
     lines += [(f"- either batch: {len(any_batch)} of {len(result['models'])} models differ in a decision, "
