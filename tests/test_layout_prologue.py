@@ -16,7 +16,7 @@ GEMM's loads read the copy's input through the composed index. CPU only; checked
 
 import pytest
 import tvm
-from tvm import relax, s_tir, te
+from tvm import relax, s_tir, te, topi
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.fusion.prologue_rule import GEMM_PROLOGUE
@@ -88,6 +88,19 @@ def test_source_access_follows_a_transpose_and_a_reshape():
     assert buffer.name == "o"
     # merged[i, t, r] = o[i, r // 32, t, r % 32]
     assert [str(x) for x in indices] == [str(i), f"{r} // 32", str(t), f"{r} % 32"]
+
+
+def test_element_wise_producers_leave_the_operand_as_read():
+    """An SE scale and a 1x1 conv's identity padding read element for element: the operand's own
+    index stands (the layout facts of every kernel without a layout prologue stay as they were)."""
+    x, s = te.placeholder((2, 8, 6, 6), name="x"), te.placeholder((2, 8, 1, 1), name="s")
+    w = te.placeholder((4, 8, 1, 1), name="w")
+    scaled = te.compute(x.shape, lambda n, c, h, v: x[n, c, h, v] * s[n, c, 0, 0], name="multiply")
+    sch = s_tir.Schedule(_named(te.create_prim_func([x, s, w, topi.nn.conv2d_nchw(scaled, w, 1, 0, 1)])))
+    block = sch.get_sblock("conv2d_nchw")
+    read = sch.get(block).reads[0]
+    buffer, indices = source_access(sch, block, 0)
+    assert buffer.same_as(read.source) and [str(i) for i in indices] == [str(r.min) for r in read.region]
 
 
 def test_a_transposed_operand_is_copied_along_the_other_axis():

@@ -33,7 +33,8 @@ def source_access(sch: s_tir.Schedule, block, read: int) -> Tuple[tirx.Buffer, L
     Each producer is followed through its largest load (the data it copies or scales; a scale or
     a bias is smaller, a padding guard's branch is the data); the walk stops at a parameter, at a
     reduction, and at a producer that is not a plain spatial block (then its output is what the
-    loads read). An operand read over more than one element per iteration is returned as read.
+    loads read). An operand read over more than one element per iteration, or made only by
+    producers that read element for element (a scale, an activation), is returned as read.
     """
     stmt = sch.get(block)
     region = stmt.reads[read]
@@ -44,6 +45,7 @@ def source_access(sch: s_tir.Schedule, block, read: int) -> Tuple[tirx.Buffer, L
     for iv in stmt.iter_vars:
         analyzer.bind(iv.var, tvm.ir.Range.from_min_extent(iv.dom.min, iv.dom.extent))
     blocks = [sch.get(b) for b in sch.get_child_blocks(get_root_block(sch))]
+    read_as, moved = (buffer, indices), False
     for _ in range(len(blocks)):
         producer = next((b for b in blocks if any(w.source.same_as(buffer) for w in b.writes)), None)
         if producer is None or len(producer.writes) != 1 or not is_plain_spatial(producer, buffer):
@@ -52,7 +54,12 @@ def source_access(sch: s_tir.Schedule, block, read: int) -> Tuple[tirx.Buffer, L
         if not loads:
             break
         largest = max(loads, key=lambda ld: _elements(ld.source))  # the first of equals
-        mapping = list(zip(producer.body.indices, indices))
+        store = producer.body.indices
+        moved = moved or len(largest.indices) != len(store) or not all(
+            i.same_as(v) for i, v in zip(largest.indices, store))
+        mapping = list(zip(store, indices))
         buffer = largest.source
         indices = [analyzer.simplify(substitute(i, mapping)) for i in largest.indices]
-    return buffer, indices
+    # element-wise producers read their input where the operand is: the operand's own index then
+    # says the same, unsimplified (the rule's layout facts were tuned on it)
+    return (buffer, indices) if moved else read_as
