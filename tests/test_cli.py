@@ -104,7 +104,16 @@ def test_compile_takes_fusion_knobs(capsys):
     assert code == 0 and "winograd" not in out and "conv2d" in out
 
 
+@pytest.mark.parametrize("word,fused", [("off", False), ("false", False), ("on", True), ("True", True)])
+def test_a_switch_knob_takes_on_and_off(capsys, word, fused):
+    """A bool knob written ``off`` is off (it was the text "off", which is true)."""
+    code, out, _ = run_cli(capsys, "compile", "bert_encoder_layer", "--quiet", "--knob",
+                           f"layout_prologues={word}")
+    assert code == 0 and ("layout -> matmul: one kernel" in out) == fused
+
+
 @pytest.mark.parametrize("knob,words", [("winograd", "--knob takes NAME=VALUE"),
+                                        ("layout_prologues=maybe", "layout_prologues is a switch: on or off"),
                                         ("winograd=sometimes", "winograd must be one of auto, always, off"),
                                         ("no_such_knob=1", "no_such_knob")])
 def test_bad_knob_is_one_line(capsys, knob, words):

@@ -12,6 +12,7 @@ status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
@@ -160,11 +161,23 @@ def _knob_value(text: str):
     return tuple(t for t in text.split(",") if t) if "," in text else text
 
 
+#: how a switch may be written on the command line
+_SWITCH_WORDS = {"true": True, "on": True, "yes": True, "1": True,
+                 "false": False, "off": False, "no": False, "0": False}
+
+
 def _knob_pair(text: str):
-    """``--knob NAME=VALUE`` as ``(name, value)``."""
+    """``--knob NAME=VALUE`` as ``(name, value)``; a switch (a bool field) takes on/off words."""
     name, sep, value = text.partition("=")
     if not sep or not name:
         raise FusionHWError(f"--knob takes NAME=VALUE (a PolicyConfig field), got '{text}'")
+    from .fusion.policy import PolicyConfig  # pylint: disable=import-outside-toplevel
+
+    field = next((f for f in dataclasses.fields(PolicyConfig) if f.name == name), None)
+    if field is not None and isinstance(field.default, bool):
+        if value.strip().lower() not in _SWITCH_WORDS:
+            raise FusionHWError(f"--knob {name} is a switch: on or off (true/false), got '{value}'")
+        return name, _SWITCH_WORDS[value.strip().lower()]
     return name, _knob_value(value)
 
 
