@@ -306,6 +306,7 @@ def test_page_in_a_headless_browser(conv_pool, tmp_path):
     (["relu_add_mul", "--profile", "nvidia-gtx-480"], "unknown hardware profile 'nvidia-gtx-480'"),
     (["relu_add_mul", "--profile", "nvidia-h200", "--knob", "max_dept=2"], "unknown knob 'max_dept'"),
     (["relu_add_mul", "--knob", "max_depth=2"], "give NAME=VALUE after the --profile"),
+    (["relu_add_mul", "--profile", "nvidia-h200", "--knob", "pair_cost=sometimes"], "pair_cost is a switch"),
     (["relu_add_mul", "--profile", "nvidia-h200", "--profile", "nvidia-h200"], "asked for twice"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, words):

@@ -194,9 +194,14 @@ class _KnobAction(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         name, sep, value = values.partition("=")
         if not namespace.profiles or not sep or not name:  # refused by cmd_explain, in one line
-            namespace.bad_knob = values
+            namespace.bad_knob = f"--knob {values}: give NAME=VALUE after the --profile it applies to"
             return
-        namespace.profiles[-1][1][name] = _knob_value(value)
+        try:
+            name, parsed = _knob_pair(values)
+        except FusionHWError as err:
+            namespace.bad_knob = str(err)
+            return
+        namespace.profiles[-1][1][name] = parsed
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -214,7 +219,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if len(outputs) == 2 and outputs["--json"].resolve() == outputs["--html"].resolve():
         raise FusionHWError("--json and --html name the same file")
     if args.bad_knob is not None:
-        raise FusionHWError(f"--knob {args.bad_knob}: give NAME=VALUE after the --profile it applies to")
+        raise FusionHWError(args.bad_knob)
     profiles = args.profiles or [("nvidia-h200", {})]
     for name, knobs in profiles:
         load_profile(name)
