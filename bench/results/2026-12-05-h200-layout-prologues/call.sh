@@ -1,15 +1,14 @@
 #!/bin/bash
-# Device call (2026-12-05): layout prologues (injective producers of a GEMM operand computed in its
-# loads) against the same build with layout_prologues=False, and stock; onnxruntime as the reference,
-# per-kernel profile. Built here at 2f3b69c (layout_prologues on by default there; from the next commit
-# it is off until this call has run: rebuild with --variant $m.layout:corpus:$m:layout_prologues=True) with
+# Device call (not yet run): layout prologues (injective producers of a GEMM operand computed in its
+# loads) against the default build (layout_prologues off) and stock; onnxruntime as the reference,
+# per-kernel profile. Built here at the commit that wrote this header (its manifest.json names it) with
 #   B32="deit_tiny vit_b_16 swin_t maxvit_t mobilevit_xs levit_128s mixer_b16 shufflenet_v2_x1_0 bert gpt2 convnext_tiny resnet50"
 #   tvm-fusion-hw bundle --out .bundle_lp32 --models $(for m in $B32; do echo corpus:$m; done) --batches 32 \
-#     --profile nvidia-h200 --no-graph $(for m in $B32; do echo --variant $m.nolayout:corpus:$m:layout_prologues=False; done)
+#     --profile nvidia-h200 --no-graph $(for m in $B32; do echo --variant $m.layout:corpus:$m:layout_prologues=True; done)
 #   B1="deit_tiny vit_b_16 swin_t maxvit_t mobilevit_xs levit_128s mixer_b16 shufflenet_v2_x1_0 bert gpt2 poolformer_s12"
 #   tvm-fusion-hw bundle --out .bundle_lp1 --models $(for m in $B1; do echo corpus:$m; done) --batches 1 \
-#     --profile nvidia-h200 $(for m in $B1; do echo --variant $m.nolayout:corpus:$m:layout_prologues=False; done)
-# (the runtime travels once, as .bundle_lp32/rt.tar.xz: the 64 MiB limit)
+#     --profile nvidia-h200 $(for m in $B1; do echo --variant $m.layout:corpus:$m:layout_prologues=True; done)
+# (the runtime travels once, as .bundle_lp32/rt.tar.xz: the 64 MiB limit; carry both bundles)
 export PYTHONUNBUFFERED=1
 [ -d .bundle_lp32/tvm_runtime ] || tar -C .bundle_lp32 -xJf .bundle_lp32/rt.tar.xz
 [ -d .bundle_lp1/tvm_runtime ] || tar -C .bundle_lp1 -xJf .bundle_lp32/rt.tar.xz
