@@ -55,6 +55,8 @@ import tvm_fusion_hw as hw
 from tvm_fusion_hw.bundle.cubins import precompile_cuda
 from tvm_fusion_hw.bundle.runtime import copy_runner, copy_tvm_runtime, fetch_tvm_ffi_wheels
 from tvm_fusion_hw.bundle.writer import _cuda_source, _export, source_commit
+from tvm_fusion_hw.cli import parse_knob
+from tvm_fusion_hw.errors import FusionHWError
 from tvm_fusion_hw.frontend import import_onnx
 from tvm_fusion_hw.guarded_schedule import TemplateFallbackWarning
 from tvm_fusion_hw.models import build, corpus
@@ -130,13 +132,15 @@ def lifted_corpus_module(model: str, batch: int) -> tvm.IRModule:
         import_onnx(build(f"corpus:{model}", batch=batch), keep_params_in_input=True))
 
 
-def template_kernels(model: str, batch: int, target: tvm.target.Target, only: Optional[Sequence[str]] = None):
+def template_kernels(model: str, batch: int, target: tvm.target.Target, only: Optional[Sequence[str]] = None,
+                     knobs: Optional[Dict[str, object]] = None):
     """``({kernel: (rule, PrimFunc, plan)}`` of the template kernels (of the templates named ``only``, when
-    given), ``stats)`` of one corpus model at ``batch``: the plugin's pipeline run as ``tvm.compile``
-    runs it, read from its schedule log."""
+    given), ``stats)`` of one corpus model at ``batch``: the plugin's pipeline (with the PolicyConfig
+    ``knobs``) run as ``tvm.compile`` runs it, read from its schedule log."""
     mod = lifted_corpus_module(model, batch)
     opt_in = [r for r in opt_in_rules() if only and type(r).__name__ in only]
-    pipeline = hw.get_pipeline(target, schedules=default_rules() + opt_in) if opt_in else hw.get_pipeline(target)
+    rules = {"schedules": default_rules() + opt_in} if opt_in else {}
+    pipeline = hw.get_pipeline(target, **rules, **(knobs or {}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TemplateFallbackWarning)
         with hw.pass_context(target), target:
@@ -157,7 +161,8 @@ def template_kernels(model: str, batch: int, target: tvm.target.Target, only: Op
     return picked, stats
 
 
-def collect(models: Sequence[str], batches: Sequence[int], target, only: Optional[Sequence[str]] = None) -> tuple:
+def collect(models: Sequence[str], batches: Sequence[int], target, only: Optional[Sequence[str]] = None,
+            knobs: Optional[Dict[str, object]] = None) -> tuple:
     """The distinct template kernels (of the templates ``only``, when given) of ``models`` x
     ``batches`` and one row per model x batch."""
     kernels, rows = KernelSet(), []
@@ -165,7 +170,7 @@ def collect(models: Sequence[str], batches: Sequence[int], target, only: Optiona
     for done, (model, batch) in enumerate(jobs, 1):
         start = time.time()
         try:
-            picked, stats = template_kernels(model, batch, target, only)
+            picked, stats = template_kernels(model, batch, target, only, knobs)
         except Exception as err:  # pylint: disable=broad-except
             lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
             rows.append({"model": model, "batch": batch, "error": f"{type(err).__name__}: {(lines or [''])[-1][:300]}"})
@@ -314,10 +319,12 @@ def write_libraries(out: Path, kernels: List[Kernel], target, chunk: int, precom
 def write_bundle(out: Path, models: Sequence[str], batches: Sequence[int], profile: str = "nvidia-h200",
                  chunk: int = 200, precompile: bool = True, dry_run: bool = False,
                  python_versions: Sequence[str] = ("3.12",),
-                 rules: Optional[Sequence[str]] = None, forms_of: Optional[Sequence[str]] = None) -> Dict[str, object]:
+                 rules: Optional[Sequence[str]] = None, forms_of: Optional[Sequence[str]] = None,
+                 knobs: Optional[Dict[str, object]] = None) -> Dict[str, object]:
     """Collect, build and write everything (see the module docstring); returns the manifest.
     ``rules``: only these templates' kernels (default: every template's). ``forms_of``: a manifest
-    and kernel names in it, rebuilt at ``batches[0]`` by :func:`same_form_kernels` instead."""
+    and kernel names in it, rebuilt at ``batches[0]`` by :func:`same_form_kernels` instead.
+    ``knobs``: PolicyConfig fields for the fusion pass (a knob that is off by default, say)."""
     unknown = [m for m in models if m not in corpus.names()]
     if unknown:
         raise SystemExit(f"not corpus models: {', '.join(unknown)}; known: {', '.join(corpus.names())}")
@@ -329,13 +336,13 @@ def write_bundle(out: Path, models: Sequence[str], batches: Sequence[int], profi
     if forms_of:
         kernels, rows = same_form_kernels(Path(forms_of[0]), forms_of[1:], batches[0], target)
     else:
-        kernels, rows = collect(models, batches, target, rules)
+        kernels, rows = collect(models, batches, target, rules, knobs)
     ordered = name_kernels(kernels.kernels)
     manifest = {
         "format": "sanitize-kernels/1", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "tvm_version": tvm.__version__, "commit": source_commit(), "profile": profile,
         "target_kind": "cuda", "target": str(target), "arch": str(target.attrs["arch"]),
-        "models": rows, "batches": list(batches), "dry_run": dry_run,
+        "models": rows, "batches": list(batches), "dry_run": dry_run, "knobs": dict(knobs or {}),
         "kernels": {k.name: {"rule": k.rule, "args": k.args, "sources": k.sources, "arg_bytes": _arg_bytes(k.args),
                              "plan": k.plan, "form": schedule_form(k.rule, k.plan)}
                     for k in ordered},
@@ -401,7 +408,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="instead of the corpus' kernels: these kernels of another sanitize manifest, each "
                     "rebuilt with its form on its layer at the first of --batches (racecheck of a form whose "
                     "batch-32 kernel takes too long)")
+    ap.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                    help="a PolicyConfig field for the fusion pass, as compile's --knob (repeatable)")
     args = ap.parse_args(argv)
+    try:
+        knobs = dict(parse_knob(k) for k in args.knob)
+    except FusionHWError as err:
+        ap.error(str(err))
     if args.forms_of is not None and len(args.forms_of) < 2:
         ap.error("--forms-of takes a manifest and at least one kernel name")
     known = [type(r).__name__ for r in default_rules() + opt_in_rules()]
@@ -409,7 +422,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error(f"unknown template(s) {', '.join(sorted(set(args.rules) - set(known)))}; known: {', '.join(known)}")
     manifest = write_bundle(Path(args.out), args.models or corpus.names(), args.batches, args.profile,
                             args.chunk, not args.no_precompile, args.dry_run, args.python, args.rules,
-                            args.forms_of)
+                            args.forms_of, knobs)
     print(f"{args.out}: {len(manifest['kernels'])} distinct template kernels, "
           f"{manifest['bundle_bytes'] / 2**20:.1f} MiB")
     return 1 if manifest["build_errors"] else 0

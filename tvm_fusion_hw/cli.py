@@ -99,7 +99,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if len(outputs) == 2 and outputs["--report-json"].resolve() == outputs["--export"].resolve():
         raise FusionHWError("--report-json and --export name the same file")
     load_profile(args.profile)  # its errors before the model's; the target (and TVM's log lines) after
-    knobs = dict(_knob_pair(text) for text in args.knobs or [])
+    knobs = dict(parse_knob(text) for text in args.knobs or [])
     pipeline.fusion_pass(args.profile, **knobs)  # a bad knob's one-line error, before the import
     model, name = _read_model(args.model, args.batch)
     tgt = make_target(args.profile)
@@ -166,7 +166,7 @@ _SWITCH_WORDS = {"true": True, "on": True, "yes": True, "1": True,
                  "false": False, "off": False, "no": False, "0": False}
 
 
-def _knob_pair(text: str):
+def parse_knob(text: str):
     """``--knob NAME=VALUE`` as ``(name, value)``; a switch (a bool field) takes on/off words."""
     name, sep, value = text.partition("=")
     if not sep or not name:
@@ -197,7 +197,7 @@ class _KnobAction(argparse.Action):
             namespace.bad_knob = f"--knob {values}: give NAME=VALUE after the --profile it applies to"
             return
         try:
-            name, parsed = _knob_pair(values)
+            name, parsed = parse_knob(values)
         except FusionHWError as err:
             namespace.bad_knob = str(err)
             return
