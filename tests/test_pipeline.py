@@ -48,21 +48,26 @@ def test_other_profiles_match_stock_numerics(runner, model, profile):
 
 
 def test_pipeline_differs_from_stock_only_in_fusion_and_schedules():
-    """Same passes as TVM's CUDA pipeline, in the same order: the Winograd rewrite (where the
-    fusion pass's knobs ask for it) and SafePower before LegalizeOps, FuseOps swapped, dead blocks
-    dropped after FuseTIR, and the schedule with the plugin's templates first."""
+    """Same passes as TVM's CUDA pipeline, in the same order: the graph rewrites the fusion pass's
+    knobs ask for (Winograd; split slices with layout prologues) and SafePower before LegalizeOps,
+    FuseOps swapped, dead blocks dropped after FuseTIR, and the schedule with the plugin's
+    templates first."""
     from tvm.relax.backend.cuda import pipeline as cuda
 
     target = hw.target("nvidia-h200")
     stock = [p.info.name for p in cuda.legalize_passes(target)]
-    fuse = hw.fusion_pass(target)
     assert hw.pipeline.winograd_pass(hw.fusion_pass(target, winograd="off")) is None
-    for schedules, winograd in ((True, hw.pipeline.winograd_pass(fuse)), (False, None)):
-        ours = [p.info.name for p in hw.pipeline.legalize_passes(target, fuse, schedules, winograd=winograd)]
+    cases = ((hw.fusion_pass(target), True, ["WinogradConv2d"]),
+             (hw.fusion_pass(target, winograd="off"), False, []),
+             (hw.fusion_pass(target, layout_prologues=True), True, ["WinogradConv2d", "SplitsIntoSlices"]))
+    for fuse, schedules, rewrites in cases:
+        passes = hw.pipeline.rewrite_passes(fuse)
+        assert [p.info.name for p in passes] == rewrites
+        ours = [p.info.name for p in hw.pipeline.legalize_passes(target, fuse, schedules, rewrites=passes)]
         expected = []
         for name in stock:
             if name == "LegalizeOps":
-                expected += (["WinogradConv2d"] if winograd is not None else []) + ["SafePower"]
+                expected += rewrites + ["SafePower"]
             renamed = {"FuseOps": "HardwareAwareFuseOps", "ApplyDefaultSchedule": "GuardedSchedule" if schedules
                        else "ApplyDefaultSchedule"}
             expected.append(renamed.get(name, name))

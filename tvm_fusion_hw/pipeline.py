@@ -30,6 +30,7 @@ from .hardware.toolchain import configure_rocm
 from .safe_power import SafePower
 from .schedules import default_rules, template_planners
 from .schedules.gemm.rule import ASYNC_COPY_CONFIG, supports_async_copy
+from .split_slices import SplitsIntoSlices
 from .winograd_conv import WinogradConv2d
 
 BACKENDS = {"cuda": cuda_pipeline, "rocm": rocm_pipeline, "llvm": cpu_pipeline}
@@ -82,24 +83,35 @@ def winograd_pass(fuse_pass: tvm.transform.Pass) -> Optional[WinogradConv2d]:
                           kernel_plan=planners.kernel_plan if planners is not None else None)
 
 
-def report_winograd(fuse_pass, winograd: Optional[WinogradConv2d]) -> None:
-    """Put the Winograd rewrite's decisions first in ``fuse_pass``'s report (it ran before fusion)."""
-    if winograd is not None and getattr(fuse_pass, "report", None) is not None:
-        fuse_pass.report.decisions[:0] = winograd.decisions
+def rewrite_passes(fuse_pass: tvm.transform.Pass) -> List[tvm.transform.Pass]:
+    """The graph rewrites ``fuse_pass``'s profile and knobs ask for before legalization, in order:
+    the Winograd rewrite (:func:`winograd_pass`), then, with ``layout_prologues``,
+    :class:`SplitsIntoSlices` (a split read only by matmuls becomes slices their loads can read).
+    Each has ``decisions`` for the fusion report (:func:`report_rewrites`)."""
+    config = getattr(fuse_pass, "config", None)
+    winograd = winograd_pass(fuse_pass)
+    return [*([winograd] if winograd is not None else []),
+            *([SplitsIntoSlices()] if getattr(config, "layout_prologues", False) else [])]
+
+
+def report_rewrites(fuse_pass, rewrites: Sequence) -> None:
+    """Put the rewrites' decisions first in ``fuse_pass``'s report (they ran before fusion)."""
+    if getattr(fuse_pass, "report", None) is not None:
+        fuse_pass.report.decisions[:0] = [d for r in rewrites for d in r.decisions]
 
 
 def legalize_passes(target: tvm.target.Target, fuse_pass: tvm.transform.Pass,
                     schedules: Union[bool, Sequence, tvm.transform.Pass] = True, verify: str = "build",
-                    winograd: Optional[WinogradConv2d] = None):
+                    rewrites: Sequence[tvm.transform.Pass] = ()):
     """TVM's legalization passes for ``target`` with the plugin's fusion (and schedules) in them.
 
     ``schedules``: True (the plugin's templates), False (dlight's default schedule, as stock), a
-    sequence of rules tried before dlight's, or a schedule pass to use as it is. ``winograd``: a
-    rewrite run first (:func:`winograd_pass`; its decisions are the caller's to report)."""
+    sequence of rules tried before dlight's, or a schedule pass to use as it is. ``rewrites``: graph
+    rewrites run first (:func:`rewrite_passes`; their decisions are the caller's to report)."""
     legalize = _swap_fuse_ops(_backend(target).legalize_passes(target), fuse_pass)
     legalize.insert([p.info.name for p in legalize].index("LegalizeOps"), SafePower())
-    if winograd is not None:
-        legalize.insert([p.info.name for p in legalize].index("SafePower"), winograd)
+    first = [p.info.name for p in legalize].index("SafePower")
+    legalize[first:first] = list(rewrites)
     # Fused epilogues can carry dead outputs (batch_norm's running statistics): drop them before
     # scheduling, or dlight leaves them as host loops over device memory.
     fuse_tir = [p.info.name for p in legalize].index("FuseTIR")
@@ -162,15 +174,15 @@ def get_pipeline(
     schedule = schedule_pass(None if schedules is True else list(schedules), verify) if guarded else None
 
     def run(mod: tvm.IRModule, fuse: HardwareAwareFuseOps) -> tvm.IRModule:
-        winograd = winograd_pass(fuse)
+        rewrites = rewrite_passes(fuse)
         with target:
             built = tvm.transform.Sequential(
                 passes.library_dispatch_passes(target)
-                + legalize_passes(target, fuse, schedule if guarded else schedules, winograd=winograd)
+                + legalize_passes(target, fuse, schedule if guarded else schedules, rewrites=rewrites)
                 + passes.dataflow_lower_passes(target)
                 + passes.finalize_passes(target)
             )(mod)
-        report_winograd(fuse, winograd)
+        report_rewrites(fuse, rewrites)
         return built
 
     @tvm.transform.module_pass(opt_level=0, name="HardwareAwarePipeline")
@@ -272,12 +284,12 @@ def fused_module(
 
     The legalization prefix of TVM's pipeline (LegalizeOps, AnnotateTIROpPattern, FoldConstant),
     then ``fuse_pass`` (stock FuseOps when omitted), then FuseTIR; with ``fuse_pass`` also
-    its Winograd rewrite and :class:`SafePower` first and EliminateDeadBlocks last, as
+    its graph rewrites (Winograd, split slices) and :class:`SafePower` first and EliminateDeadBlocks last, as
     :func:`get_pipeline` runs them.
     """
-    winograd = winograd_pass(fuse_pass) if fuse_pass is not None else None
+    rewrites = rewrite_passes(fuse_pass) if fuse_pass is not None else []
     passes = [
-        *([winograd] if winograd is not None else []),
+        *rewrites,
         *([SafePower()] if fuse_pass is not None else []),  # as get_pipeline does
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
@@ -289,7 +301,7 @@ def fused_module(
         passes.append(EliminateDeadBlocks())  # as get_pipeline does after FuseTIR
     with target:
         fused = tvm.transform.Sequential(passes)(mod)
-    report_winograd(fuse_pass, winograd)
+    report_rewrites(fuse_pass, rewrites)
     return fused
 
 

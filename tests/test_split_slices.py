@@ -1,0 +1,115 @@
+"""Tests for SplitsIntoSlices: a split read only by matmuls becomes a slice per output, so that the
+GEMM prologue rule computes each part of a packed projection in its matmul's loads (no copy kernel).
+CPU only; checked:
+- the bounds of each output, for sections and for indices;
+- the rewrite computes what the split did (both modules run on the CPU, compared element by
+  element), and drops the split;
+- with ``layout_prologues`` no kernel is left for the split or for the reshape and transpose before
+  it, each matmul reads ``qkv`` itself; without the knob the pass does not run;
+- a split with another reader is kept, and its decision says which reader;
+- the schedules of the fused matmuls compute what their unscheduled PrimFuncs compute.
+"""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import tvm_fusion_hw as hw
+from tvm_fusion_hw.pipeline import fused_module
+from tvm_fusion_hw.schedules.gemm.rule import ImplicitGemm
+from tvm_fusion_hw.split_slices import SPLIT_SLICES, SplitsIntoSlices, split_bounds
+from tir_checks import assert_schedule_preserves_numerics, prim_funcs
+
+H200 = "nvidia-h200"
+B, S, H, D = 2, 20, 2, 8  # batch, tokens, heads, head width
+
+
+def packed_attention(extra_reader: bool = False) -> tvm.IRModule:
+    """A ViT-style attention on a packed projection: ``qkv -> reshape -> permute -> split(3)``,
+    then ``q * scale @ permute(k)``, softmax, ``@ v``; ``extra_reader``: ``v`` also added to the
+    output (a reader that is not a matmul)."""
+    bb = relax.BlockBuilder()
+    qkv = relax.Var("qkv", relax.TensorType((B, S, 3 * H * D), "float32"))
+    with bb.function("main", [qkv]):
+        with bb.dataflow():
+            heads = bb.emit(relax.op.reshape(qkv, (B, S, 3, H, D)))
+            moved = bb.emit(relax.op.permute_dims(heads, [2, 0, 3, 1, 4]))  # (3, B, H, S, D)
+            parts = bb.emit(relax.op.split(moved, indices_or_sections=[1, 2], axis=0))
+            q, k, v = (bb.emit(relax.op.squeeze(bb.emit(relax.TupleGetItem(parts, i)), axis=[0])) for i in range(3))
+            scaled = bb.emit(relax.op.multiply(q, relax.const(D ** -0.5, "float32")))
+            scores = bb.emit(relax.op.matmul(scaled, bb.emit(relax.op.permute_dims(k, [0, 1, 3, 2]))))
+            probs = bb.emit(relax.op.nn.softmax(scores, axis=-1))
+            out = bb.emit(relax.op.matmul(probs, v))
+            if extra_reader:
+                out = bb.emit(relax.op.add(out, v))
+            out = bb.emit_output(out)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def run_cpu(mod: tvm.IRModule, data: np.ndarray) -> np.ndarray:
+    ex = tvm.compile(mod, target="llvm")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(data)).numpy()
+
+
+# ---- (1) the bounds -----------------------------------------------------------------------------
+def _split_call(sections, extent=12):
+    x = relax.Var("x", relax.TensorType((4, extent), "float32"))
+    return relax.op.split(x, indices_or_sections=sections, axis=1)
+
+
+def test_bounds_of_sections_and_of_indices():
+    call = relax.BlockBuilder().normalize(_split_call(3))
+    assert split_bounds(call) == [(0, 4), (4, 8), (8, 12)]
+    call = relax.BlockBuilder().normalize(_split_call([2, 7]))
+    assert split_bounds(call) == [(0, 2), (2, 7), (7, 12)]
+
+
+# ---- (2) the rewrite computes the same ----------------------------------------------------------
+def test_the_slices_compute_what_the_split_did():
+    mod = packed_attention()
+    rewrite = SplitsIntoSlices()
+    sliced = rewrite(mod)
+    assert "relax.split" not in sliced.script() and sliced.script().count("R.strided_slice") == 3
+    assert [d.fused for d in rewrite.decisions] == [True]
+    data = np.random.default_rng(0).standard_normal((B, S, 3 * H * D)).astype("float32")
+    np.testing.assert_array_equal(run_cpu(sliced, data), run_cpu(mod, data))
+
+
+# ---- (3) the fusion -------------------------------------------------------------------------------
+def test_each_matmul_reads_the_packed_projection_itself():
+    target = hw.target(H200)
+    fuse = hw.fusion_pass(target, layout_prologues=True)
+    funcs = prim_funcs(fused_module(packed_attention(), target, fuse))
+    assert not [n for n in funcs if "split" in n]
+    matmuls = [n for n in funcs if "matmul" in n]
+    assert len(matmuls) == 2 and all("strided_slice" in n and "transpose" in n for n in matmuls)
+    assert len(funcs) == 3  # q @ k^T, softmax, p @ v: no copy kernel
+    decision = next(d for d in fuse.report.decisions if d.rule == SPLIT_SLICES)
+    assert decision.fused and decision.verdict == "slices"
+    default = hw.fusion_pass(target)  # the knob off: no rewrite, the split is a kernel
+    funcs = prim_funcs(fused_module(packed_attention(), target, default))
+    assert [n for n in funcs if "split" in n] and not [d for d in default.report.decisions if d.rule == SPLIT_SLICES]
+
+
+def test_a_split_with_another_reader_is_kept():
+    rewrite = SplitsIntoSlices()
+    kept = rewrite(packed_attention(extra_reader=True))
+    assert "R.split" in kept.script()
+    decision = rewrite.decisions[0]
+    assert not decision.fused and decision.verdict == "split" and "relax.add" in decision.reason
+
+
+# ---- (4) the fused matmuls' schedules compute the same --------------------------------------------
+@pytest.mark.parametrize("which", ["scores", "values"])
+def test_slice_prologue_schedules_compute_the_same(which):
+    target = hw.target(H200)
+    funcs = prim_funcs(fused_module(packed_attention(), target, hw.fusion_pass(target, layout_prologues=True)))
+    # the scores' kernel scales q (multiply); the values' kernel reads v alone
+    name = next(n for n in funcs if "matmul" in n and ("multiply" in n) == (which == "scores"))
+    func = funcs[name].with_attr("global_symbol", "main")
+    with target:
+        _, tile, sch = ImplicitGemm().schedule_best(func, target)
+    assert_schedule_preserves_numerics(func, sch, reassociates=tile.split_k > 1, blocks_reversed=True)

@@ -1,0 +1,201 @@
+"""SplitsIntoSlices: a ``split`` whose every output feeds a matmul becomes one slice per output.
+
+Attention's packed projection is split three ways (``qkv -> reshape -> permute_dims -> split``),
+and each part goes on to a batched matmul through more layout ops (``squeeze``, ``permute_dims``,
+a constant scale). Legalized, the split is one PrimFunc with three outputs: a copy kernel that
+writes all of ``qkv`` again, which no GEMM prologue can take (a producer of several tensors
+belongs to one group). Written as ``strided_slice`` per output, each part is a chain of
+injective ops from ``qkv`` into one matmul operand, which the GEMM prologue rule
+(``layout_prologues``) computes in the matmul's loads: the copy kernel goes, and no byte moves
+twice.
+
+Before legalization this pass rewrites a ``relax.split`` (static shape) when every use of its
+tuple is ``tuple[i]`` and each output reaches only matmul operands through the ops in
+:data:`LAYOUT_OPS` (and element-wise ops with a constant); any other reader keeps the split, one
+kernel for all outputs, since a slice per reader would only add launches. Each split considered
+is a decision (rule ``split-slices``) in the fusion report.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import tvm
+from tvm import relax
+from tvm.relax import Call, Expr, PyExprMutator, expr_functor
+
+from .fusion.analysis import tensor_shape
+from .fusion.decisions import Decision
+
+#: the rule's name in decisions
+SPLIT_SLICES = "split-slices"
+#: ops that only move elements: a slice read through them is still a load of the input
+LAYOUT_OPS = ("relax.reshape", "relax.permute_dims", "relax.squeeze", "relax.expand_dims", "relax.strided_slice")
+#: element-wise ops that stay injective with a constant operand (a scale, a shift)
+CONSTANT_OPS = ("relax.multiply", "relax.divide", "relax.add", "relax.subtract")
+
+
+def _op_name(expr: Expr) -> str:
+    return expr.op.name if isinstance(expr, Call) and isinstance(expr.op, tvm.ir.Op) else ""
+
+
+def _bindings(func: relax.Function) -> Tuple[Dict[relax.Var, Expr], Dict[relax.Var, List[relax.Var]]]:
+    """``(value of each bound var, the vars whose values read it)`` over ``func``'s blocks; the
+    function's result reads as the key None."""
+    values, readers = {}, {}
+
+    def note(reader, expr):
+        def visit(e):
+            if isinstance(e, relax.Var):
+                readers.setdefault(e, []).append(reader)
+        relax.analysis.post_order_visit(expr, visit)
+
+    body = func.body
+    for block in body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            values[binding.var] = value
+            note(binding.var, value)
+    note(None, body.body)
+    return values, readers
+
+
+def _reaches_matmul(var: relax.Var, values, readers, depth: int = 0) -> Optional[str]:
+    """None when every reader of ``var`` is a matmul, or a layout op (or an element-wise op with a
+    constant) whose readers are in turn; else the first other reader, for the decision's reason."""
+    users = readers.get(var, [])
+    if not users or depth > 16:
+        return "the function's result" if not users else "a chain too long"
+    for user in users:
+        if user is None:
+            return "the function's result"
+        value = values[user]
+        name = _op_name(value)
+        if name == "relax.matmul":
+            continue
+        if name in LAYOUT_OPS and value.args[0].same_as(var):
+            pass
+        elif name in CONSTANT_OPS and any(isinstance(a, tvm.ir.expr.Constant) for a in value.args):
+            pass
+        else:
+            return name or type(value).__name__
+        other = _reaches_matmul(user, values, readers, depth + 1)
+        if other is not None:
+            return other
+    return None
+
+
+def split_bounds(call: Call) -> Optional[List[Tuple[int, int]]]:
+    """``[(begin, end)]`` along the split axis of each output of a static ``relax.split``, or None."""
+    shape = tensor_shape(call.args[0].ty)
+    if shape is None:
+        return None
+    axis = int(call.attrs.axis) % len(shape)
+    extent = shape[axis]
+    sections = call.attrs.indices_or_sections
+    if isinstance(sections, (int, tvm.tirx.IntImm)):
+        count = int(sections)
+        if count < 1 or extent % count:
+            return None
+        cuts = [extent // count * i for i in range(1, count)]
+    else:
+        try:
+            cuts = [int(v) for v in sections]
+        except (TypeError, ValueError):
+            return None
+    edges = [0] + [min(max(c, 0), extent) for c in cuts] + [extent]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _layout_chain(data: Expr, values, readers) -> Tuple[Expr, List[Call]]:
+    """``(root, calls)``: the layout ops (:data:`LAYOUT_OPS`) that make ``data`` from ``root``,
+    first to last, each read only by the next (so each slice can repeat them and the originals
+    die); ``(data, [])`` when ``data`` is not made so."""
+    calls = []
+    while isinstance(data, relax.Var) and data in values and _op_name(values[data]) in LAYOUT_OPS \
+            and isinstance(values[data].args[0], relax.Var) and len(readers.get(values[data].args[0], [])) == 1:
+        calls.insert(0, values[data])
+        data = values[data].args[0]
+    return data, calls
+
+
+@expr_functor.mutator
+class _Rewriter(PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, slices: Dict[relax.Var, "_Slices"]):
+        super().__init__(mod)
+        self.slices = slices  # split var -> how its outputs are sliced
+
+    def visit_tuple_getitem_(self, item: relax.TupleGetItem) -> Expr:
+        source = item.tuple_value
+        if not (isinstance(source, relax.Var) and source in self.slices):
+            return super().visit_tuple_getitem_(item)
+        plan = self.slices[source]
+        data = self.visit_expr(plan.root)
+        for call in plan.chain:  # the layout ops again, one copy per output: a chain per matmul operand
+            data = self.builder_.emit(relax.Call(call.op, [data, *call.args[1:]], call.attrs, call.ty_args))
+        begin, end = plan.bounds[int(item.index)]
+        return relax.op.strided_slice(data, axes=[plan.axis], begin=[begin], end=[end],
+                                      assume_inbound=True)  # the bounds are the split's own
+
+
+class _Slices:
+    """One split's rewrite: its input made from ``root`` by ``chain``, cut along ``axis``."""
+
+    def __init__(self, root: Expr, chain: List[Call], axis: int, bounds: List[Tuple[int, int]]):
+        self.root, self.chain, self.axis, self.bounds = root, chain, axis, bounds
+
+
+@tvm.transform.module_pass(opt_level=0, name="SplitsIntoSlices")
+class SplitsIntoSlices:
+    """Rewrite each ``split`` whose outputs all reach matmul operands through layout ops into a
+    ``strided_slice`` per output (see the module docstring); :attr:`decisions` lists every split
+    considered."""
+
+    def __init__(self):
+        self.decisions: List[Decision] = []
+
+    def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        self.decisions = []
+        plans = {gvar: self._plan(func) for gvar, func in mod.functions_items()
+                 if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr)}
+        slices = {var: plan for found in plans.values() for var, plan in found.items()}
+        if not slices:
+            return mod  # nothing rewritten: the module as it came
+        rewriter = _Rewriter(mod, slices)
+        for gvar, found in plans.items():
+            if found:  # the split itself is dead now: drop it before it is legalized into a kernel
+                rewriter.builder_.update_func(gvar, relax.analysis.remove_all_unused(rewriter.visit_expr(mod[gvar])))
+        return rewriter.builder_.get()
+
+    def _plan(self, func: relax.Function):
+        values, readers = _bindings(func)
+        slices = {}
+        for var, value in values.items():
+            if _op_name(value) != "relax.split":
+                continue
+            data = value.args[0]
+            shape = tensor_shape(data.ty)
+            label = f"split {'x'.join(map(str, shape or ['?']))} axis {int(value.attrs.axis)}"
+            bounds = split_bounds(value)
+            items = readers.get(var, [])
+            reason = None
+            if bounds is None:
+                reason = "its shape or sections are not static"
+            elif not all(r is not None and isinstance(values[r], relax.TupleGetItem) for r in items):
+                reason = "its tuple is read whole"
+            else:
+                for item in items:
+                    other = _reaches_matmul(item, values, readers)
+                    if other is not None:
+                        reason = f"output {int(values[item].index)} is read by {other}, not only by matmuls"
+                        break
+            use = reason is None and bool(items)
+            if use:
+                root, chain = _layout_chain(data, values, readers)
+                slices[var] = _Slices(root, chain, int(value.attrs.axis) % len(shape), bounds)
+                reason = (f"each of its {len(bounds)} outputs reaches only matmul operands through layout "
+                          "ops: a slice per output, which the GEMM's loads can read, instead of a copy kernel")
+            self.decisions.append(Decision(SPLIT_SLICES, label, f"{len(bounds or [])} outputs", use,
+                                           reason or "nothing reads it", {"outputs": len(bounds or [])},
+                                           verdict="slices" if use else "split"))
+        return slices
