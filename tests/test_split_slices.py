@@ -48,6 +48,26 @@ def packed_attention(extra_reader: bool = False) -> tvm.IRModule:
     return bb.get()
 
 
+def taken_attention() -> tvm.IRModule:
+    """The same attention with ``q``, ``k``, ``v`` taken by constant index (torchvision's
+    ``qkv[0]``, an ONNX Gather): the index computed from a shape, as the ONNX importer writes it."""
+    bb = relax.BlockBuilder()
+    qkv = relax.Var("qkv", relax.TensorType((B, S, 3 * H * D), "float32"))
+    with bb.function("main", [qkv]):
+        with bb.dataflow():
+            heads = bb.emit(relax.op.reshape(qkv, (B, S, 3, H, D)))
+            moved = bb.emit(relax.op.permute_dims(heads, [2, 0, 3, 1, 4]))  # (3, B, H, S, D)
+            extent = bb.emit(relax.op.take(relax.op.shape_to_tensor(relax.op.shape_of(moved)),
+                                           relax.const(0, "int64"), axis=0))
+            last = bb.emit(relax.op.subtract(extent, relax.const(1, "int64")))  # 2, computed
+            q, k = (bb.emit(relax.op.take(moved, relax.const(i, "int64"), axis=0)) for i in (0, 1))
+            v = bb.emit(relax.op.take(moved, last, axis=0))
+            scores = bb.emit(relax.op.matmul(q, bb.emit(relax.op.permute_dims(k, [0, 1, 3, 2]))))
+            out = bb.emit_output(relax.op.matmul(bb.emit(relax.op.nn.softmax(scores, axis=-1)), v))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def run_cpu(mod: tvm.IRModule, data: np.ndarray) -> np.ndarray:
     ex = tvm.compile(mod, target="llvm")
     vm = relax.VirtualMachine(ex, tvm.cpu())
@@ -75,6 +95,17 @@ def test_the_slices_compute_what_the_split_did():
     assert "relax.split" not in sliced.script() and sliced.script().count("R.strided_slice") == 3
     assert [d.fused for d in rewrite.decisions] == [True]
     data = np.random.default_rng(0).standard_normal((B, S, 3 * H * D)).astype("float32")
+    np.testing.assert_array_equal(run_cpu(sliced, data), run_cpu(mod, data))
+
+
+def test_constant_takes_become_slices_and_compute_the_same():
+    mod = taken_attention()
+    rewrite = SplitsIntoSlices()
+    sliced = rewrite(mod)
+    assert mod.script().count("R.take(") == 4 and "R.take(" not in sliced.script()  # the index folded too
+    assert sliced.script().count("R.strided_slice") == 3
+    assert [(d.fused, d.consumer) for d in rewrite.decisions] == [(True, "3 takes")]
+    data = np.random.default_rng(1).standard_normal((B, S, 3 * H * D)).astype("float32")
     np.testing.assert_array_equal(run_cpu(sliced, data), run_cpu(mod, data))
 
 

@@ -1,4 +1,4 @@
-"""SplitsIntoSlices: a ``split`` whose every output feeds a matmul becomes one slice per output.
+"""SplitsIntoSlices: a ``split`` (or constant ``take``) read only by matmuls becomes slices.
 
 Attention's packed projection is split three ways (``qkv -> reshape -> permute_dims -> split``),
 and each part goes on to a batched matmul through more layout ops (``squeeze``, ``permute_dims``,
@@ -12,8 +12,11 @@ twice.
 Before legalization this pass rewrites a ``relax.split`` (static shape) when every use of its
 tuple is ``tuple[i]`` and each output reaches only matmul operands through the ops in
 :data:`LAYOUT_OPS` (and element-wise ops with a constant); any other reader keeps the split, one
-kernel for all outputs, since a slice per reader would only add launches. Each split considered
-is a decision (rule ``split-slices``) in the fusion report.
+kernel for all outputs, since a slice per reader would only add launches. A ``take`` of one
+constant index (torchvision's ``qkv[0]``, an ONNX Gather; its index, computed from a static shape
+by the importer, folded first) becomes a slice and a squeeze the same way; the layout chain before
+the takes is repeated per take where takes are all that read it. Each split, and each tensor's
+takes, is a decision (rule ``split-slices``) in the fusion report.
 """
 
 from __future__ import annotations
@@ -123,26 +126,40 @@ def _layout_chain(data: Expr, values, readers) -> Tuple[Expr, List[Call]]:
 class _Rewriter(PyExprMutator):
     def __init__(self, mod: tvm.IRModule, slices: Dict[relax.Var, "_Slices"]):
         super().__init__(mod)
-        self.slices = slices  # split var -> how its outputs are sliced
+        self.slices = slices  # split or take var -> how it is sliced
+
+    def _source(self, plan: "_Slices") -> Expr:
+        data = self.visit_expr(plan.root)
+        for call in plan.chain:  # the layout ops again, one copy per output: a chain per matmul operand
+            data = self.builder_.emit(relax.Call(call.op, [data, *call.args[1:]], call.attrs, call.ty_args))
+        return data
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        plan = self.slices.get(binding.var)
+        if plan is None or plan.kind != "take":
+            super().visit_var_binding_(binding)
+            return
+        begin, end = plan.bounds[0]
+        part = self.builder_.emit(relax.op.strided_slice(self._source(plan), axes=[plan.axis], begin=[begin],
+                                                         end=[end], assume_inbound=True))
+        self.set_var_remap(binding.var, self.builder_.emit(relax.op.squeeze(part, axis=[plan.axis])))
 
     def visit_tuple_getitem_(self, item: relax.TupleGetItem) -> Expr:
         source = item.tuple_value
         if not (isinstance(source, relax.Var) and source in self.slices):
             return super().visit_tuple_getitem_(item)
         plan = self.slices[source]
-        data = self.visit_expr(plan.root)
-        for call in plan.chain:  # the layout ops again, one copy per output: a chain per matmul operand
-            data = self.builder_.emit(relax.Call(call.op, [data, *call.args[1:]], call.attrs, call.ty_args))
         begin, end = plan.bounds[int(item.index)]
-        return relax.op.strided_slice(data, axes=[plan.axis], begin=[begin], end=[end],
+        return relax.op.strided_slice(self._source(plan), axes=[plan.axis], begin=[begin], end=[end],
                                       assume_inbound=True)  # the bounds are the split's own
 
 
 class _Slices:
-    """One split's rewrite: its input made from ``root`` by ``chain``, cut along ``axis``."""
+    """One split's or take's rewrite: its input made from ``root`` by ``chain``, cut along ``axis``
+    (``kind`` "split": a slice per output; "take": one slice, then the axis squeezed)."""
 
-    def __init__(self, root: Expr, chain: List[Call], axis: int, bounds: List[Tuple[int, int]]):
-        self.root, self.chain, self.axis, self.bounds = root, chain, axis, bounds
+    def __init__(self, kind: str, root: Expr, chain: List[Call], axis: int, bounds: List[Tuple[int, int]]):
+        self.kind, self.root, self.chain, self.axis, self.bounds = kind, root, chain, axis, bounds
 
 
 @tvm.transform.module_pass(opt_level=0, name="SplitsIntoSlices")
@@ -156,11 +173,17 @@ class SplitsIntoSlices:
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         self.decisions = []
+        original = mod
+        if any(_op_name(v) == "relax.take" and not isinstance(v.args[1], tvm.ir.expr.Constant)
+               for f in mod.functions.values() if isinstance(f, relax.Function) for v in _bindings(f)[0].values()):
+            # an ONNX Gather's index arrives as arithmetic on the input's static shape: fold it to
+            # the constant it is before deciding
+            mod = relax.transform.FoldConstant()(relax.transform.CanonicalizeBindings()(mod))
         plans = {gvar: self._plan(func) for gvar, func in mod.functions_items()
                  if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr)}
         slices = {var: plan for found in plans.values() for var, plan in found.items()}
         if not slices:
-            return mod  # nothing rewritten: the module as it came
+            return original  # nothing rewritten: the module as it came
         rewriter = _Rewriter(mod, slices)
         for gvar, found in plans.items():
             if found:  # the split itself is dead now: drop it before it is legalized into a kernel
@@ -192,10 +215,52 @@ class SplitsIntoSlices:
             use = reason is None and bool(items)
             if use:
                 root, chain = _layout_chain(data, values, readers)
-                slices[var] = _Slices(root, chain, int(value.attrs.axis) % len(shape), bounds)
+                slices[var] = _Slices("split", root, chain, int(value.attrs.axis) % len(shape), bounds)
                 reason = (f"each of its {len(bounds)} outputs reaches only matmul operands through layout "
                           "ops: a slice per output, which the GEMM's loads can read, instead of a copy kernel")
             self.decisions.append(Decision(SPLIT_SLICES, label, f"{len(bounds or [])} outputs", use,
                                            reason or "nothing reads it", {"outputs": len(bounds or [])},
                                            verdict="slices" if use else "split"))
+        self._plan_takes(values, readers, slices)
         return slices
+
+    def _plan_takes(self, values, readers, slices) -> None:
+        """The takes of one constant index (``qkv[0]``, ``qkv[1]``, ...), one decision per input
+        tensor: the input's layout chain is repeated per take only where takes are all that read it."""
+        by_source: Dict[relax.Var, List[Tuple[relax.Var, int, int]]] = {}
+        for var, value in values.items():
+            picked = constant_take(value)
+            if picked is not None:
+                by_source.setdefault(value.args[0], []).append((var, *picked))
+        for data, takes in by_source.items():
+            shape = tensor_shape(data.ty)
+            label = f"take {'x'.join(map(str, shape))} axis {takes[0][2]}"
+            other = next((o for o in (_reaches_matmul(v, values, readers) for v, _, _ in takes) if o), None)
+            use = other is None
+            if use:
+                alone = len(readers.get(data, [])) == len(takes)
+                root, chain = _layout_chain(data, values, readers) if alone else (data, [])
+                for var, index, axis in takes:
+                    slices[var] = _Slices("take", root, chain, axis, [(index, index + 1)])
+                reason = (f"each of its {len(takes)} constant takes reaches only matmul operands through layout ops: "
+                          "a slice each, which the GEMM's loads can read, instead of a copy kernel each")
+            else:
+                reason = f"a take is read by {other}, not only by matmuls"
+            self.decisions.append(Decision(SPLIT_SLICES, label, f"{len(takes)} takes", use, reason,
+                                           {"outputs": len(takes)}, verdict="slices" if use else "take"))
+
+
+def constant_take(value: Expr) -> Optional[Tuple[int, int]]:
+    """``(index, axis)`` of ``take(x, c, axis)`` with ``c`` one constant integer in ``x``'s static
+    extent (negative from the end), or None."""
+    if _op_name(value) != "relax.take" or value.attrs.axis is None:
+        return None
+    index, shape = value.args[1], tensor_shape(value.args[0].ty)
+    if not isinstance(index, tvm.ir.expr.Constant) or shape is None:
+        return None
+    array = index.value.numpy()
+    if array.ndim != 0 or array.dtype.kind not in "iu":
+        return None
+    axis = int(value.attrs.axis) % len(shape)
+    at = int(array) + (shape[axis] if int(array) < 0 else 0)
+    return (at, axis) if 0 <= at < shape[axis] else None
