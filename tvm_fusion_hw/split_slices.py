@@ -42,10 +42,10 @@ def _op_name(expr: Expr) -> str:
     return expr.op.name if isinstance(expr, Call) and isinstance(expr.op, tvm.ir.Op) else ""
 
 
-def _bindings(func: relax.Function) -> Tuple[Dict[relax.Var, Expr], Dict[relax.Var, List[relax.Var]]]:
-    """``(value of each bound var, the vars whose values read it)`` over ``func``'s blocks; the
-    function's result reads as the key None."""
-    values, readers = {}, {}
+def _bindings(func: relax.Function):
+    """``(value of each bound var, the vars whose values read it, the outputs of dataflow
+    blocks)`` over ``func``'s blocks; the function's result reads as the key None."""
+    values, readers, outputs = {}, {}, set()
 
     def note(reader, expr):
         def visit(e):
@@ -59,8 +59,10 @@ def _bindings(func: relax.Function) -> Tuple[Dict[relax.Var, Expr], Dict[relax.V
             value = binding.value
             values[binding.var] = value
             note(binding.var, value)
+            if isinstance(block, relax.DataflowBlock) and not isinstance(binding.var, relax.DataflowVar):
+                outputs.add(binding.var)
     note(None, body.body)
-    return values, readers
+    return values, readers, outputs
 
 
 def _reaches_matmul(var: relax.Var, values, readers, depth: int = 0) -> Optional[str]:
@@ -191,7 +193,7 @@ class SplitsIntoSlices:
         return rewriter.builder_.get()
 
     def _plan(self, func: relax.Function):
-        values, readers = _bindings(func)
+        values, readers, outputs = _bindings(func)
         slices = {}
         for var, value in values.items():
             if _op_name(value) != "relax.split":
@@ -221,16 +223,17 @@ class SplitsIntoSlices:
             self.decisions.append(Decision(SPLIT_SLICES, label, f"{len(bounds or [])} outputs", use,
                                            reason or "nothing reads it", {"outputs": len(bounds or [])},
                                            verdict="slices" if use else "split"))
-        self._plan_takes(values, readers, slices)
+        self._plan_takes(values, readers, outputs, slices)
         return slices
 
-    def _plan_takes(self, values, readers, slices) -> None:
+    def _plan_takes(self, values, readers, outputs, slices) -> None:
         """The takes of one constant index (``qkv[0]``, ``qkv[1]``, ...), one decision per input
         tensor: the input's layout chain is repeated per take only where takes are all that read it."""
         by_source: Dict[relax.Var, List[Tuple[relax.Var, int, int]]] = {}
         for var, value in values.items():
             picked = constant_take(value)
-            if picked is not None:
+            # a dataflow block's output stays bound to its expression: a remap would leak a local var
+            if picked is not None and var not in outputs:
                 by_source.setdefault(value.args[0], []).append((var, *picked))
         for data, takes in by_source.items():
             shape = tensor_shape(data.ty)

@@ -21,6 +21,7 @@ for name in corpus.names():
             if flag:
                 res["layout"] = sum(1 for d in fuse.report.decisions if d.rule == "gemm-prologue" and d.fused and d.reason.startswith("layout"))
                 res["declined"] = sum(1 for d in fuse.report.decisions if d.rule == "gemm-prologue" and not d.fused and d.reason.startswith("layout"))
+                res["sliced"] = sum(1 for d in fuse.report.decisions if d.rule == "split-slices" and d.fused)
         out[name] = res
         print(name, batch, res, f"{time.time()-t:.0f}s", flush=True)
     except Exception as e:
