@@ -331,3 +331,12 @@ def test_forms_of_runs_a_batch_32_tile_on_the_same_layer_at_batch_1(tmp_path):
                                        reassociates=True)
     with pytest.raises(SystemExit, match="not in"):
         script.same_form_kernels(manifest, ["k9"], 1, target)
+
+
+@pytest.mark.parametrize("knob, message", [("layout_prologues=maybe", "is a switch: on or off"),
+                                           ("layout_prologues", "takes NAME=VALUE")])
+def test_a_bad_knob_is_one_line_before_any_build(tmp_path, capsys, knob, message):
+    with pytest.raises(SystemExit) as stop:
+        _script().main(["--out", str(tmp_path / "b"), "--models", MODEL, "--knob", knob])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
