@@ -19,10 +19,10 @@ export PYTHONUNBUFFERED=1
 R=${OUT:-.}/res
 mkdir -p $R/b32 $R/b1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > $R/gpu.txt
-timeout 210 python3 .bundle_lp32/run.py --out /tmp/lp32 --batches 32 --no-graph --no-torch --repeat 10 --time-budget 170 \
+timeout 180 python3 .bundle_lp32/run.py --out /tmp/lp32 --batches 32 --no-graph --no-torch --repeat 10 --time-budget 140 \
   --min-repeat-ms 5 --onnxruntime --kernel-profile --no-isolate > $R/b32/run.log 2>&1; echo "rc=$?" >> $R/b32/run.log
 cp /tmp/lp32/results.json /tmp/lp32/kernels.md $R/b32/
-timeout 120 python3 .bundle_lp1/run.py --out /tmp/lp1 --batches 1 --no-torch --repeat 10 --time-budget 85 \
+timeout 100 python3 .bundle_lp1/run.py --out /tmp/lp1 --batches 1 --no-torch --repeat 10 --time-budget 65 \
   --min-repeat-ms 5 --onnxruntime --no-isolate > $R/b1/run.log 2>&1; echo "rc=$?" >> $R/b1/run.log
 cp /tmp/lp1/results.json $R/b1/
 # the sanitizer: 85 kernels in three shards per tool, all six processes at once, after the timing
@@ -33,8 +33,8 @@ n=sorted(json.load(open('.bundle_sanlp/manifest.json'))['kernels'])
 [open(f'/tmp/san{i}.txt','w').write(' '.join(n[i::3])) for i in range(3)]"
 for i in 0 1 2; do
   for tool in memcheck racecheck; do
-    (timeout 90 compute-sanitizer --tool $tool --error-exitcode 1 python3 .bundle_sanlp/run_kernels.py \
-       --kernel-timeout 80 --results /tmp/san_${tool}_$i.json --kernels $(cat /tmp/san$i.txt) \
+    (timeout 80 compute-sanitizer --tool $tool --error-exitcode 1 python3 .bundle_sanlp/run_kernels.py \
+       --kernel-timeout 70 --results /tmp/san_${tool}_$i.json --kernels $(cat /tmp/san$i.txt) \
        > /tmp/san_${tool}_$i.log 2>&1; echo rc=$? >> /tmp/san_${tool}_$i.log) &
   done
 done
