@@ -1,7 +1,7 @@
 #!/bin/bash
 # Device call: layout prologues (with the split rewrite of 2597c8b) (injective producers of a GEMM operand computed in its
 # loads) against the default build (layout_prologues off) and stock; onnxruntime as the reference,
-# per-kernel profile. Built here at the commit that wrote this header (its manifest.json names it) with
+# no per-kernel profile (device time). Built here at the commit that wrote this header (its manifest.json names it) with
 #   B32="deit_tiny vit_b_16 swin_t maxvit_t mobilevit_xs levit_128s mixer_b16 shufflenet_v2_x1_0 bert gpt2 convnext_tiny resnet50"
 #   tvm-fusion-hw bundle --out .bundle_lp32 --models $(for m in $B32; do echo corpus:$m; done) --batches 32 \
 #     --profile nvidia-h200 --no-graph $(for m in $B32; do echo --variant $m.layout:corpus:$m:layout_prologues=True; done)
@@ -20,8 +20,8 @@ R=${OUT:-.}/res
 mkdir -p $R/b32 $R/b1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > $R/gpu.txt
 timeout 180 python3 .bundle_lp32/run.py --out /tmp/lp32 --batches 32 --no-graph --no-torch --repeat 10 --time-budget 140 \
-  --min-repeat-ms 5 --onnxruntime --kernel-profile --no-isolate > $R/b32/run.log 2>&1; echo "rc=$?" >> $R/b32/run.log
-cp /tmp/lp32/results.json /tmp/lp32/kernels.md $R/b32/
+  --min-repeat-ms 5 --onnxruntime --no-isolate > $R/b32/run.log 2>&1; echo "rc=$?" >> $R/b32/run.log
+cp /tmp/lp32/results.json $R/b32/
 timeout 100 python3 .bundle_lp1/run.py --out /tmp/lp1 --batches 1 --no-torch --repeat 10 --time-budget 65 \
   --min-repeat-ms 5 --onnxruntime --no-isolate > $R/b1/run.log 2>&1; echo "rc=$?" >> $R/b1/run.log
 cp /tmp/lp1/results.json $R/b1/
