@@ -25,22 +25,20 @@ H200 = "nvidia-h200"
 B, S, H, D = 2, 20, 2, 8  # batch, tokens, heads, head width
 
 
-def packed_attention(extra_reader: bool = False) -> tvm.IRModule:
-    """A ViT-style attention on a packed projection: ``qkv -> reshape -> permute -> split(3)``,
-    then ``q * scale @ permute(k)``, softmax, ``@ v``; ``extra_reader``: ``v`` also added to the
-    output (a reader that is not a matmul)."""
+def attention_on(select, extra_reader: bool = False) -> tvm.IRModule:
+    """A ViT-style attention on a packed projection: ``qkv -> reshape -> permute`` to
+    ``(3, B, H, S, D)``, ``select(bb, moved)`` giving ``q, k, v``, then ``q * scale @ permute(k)``,
+    softmax, ``@ v``; ``extra_reader``: ``v`` also added to the output (a reader that is not a
+    matmul)."""
     bb = relax.BlockBuilder()
     qkv = relax.Var("qkv", relax.TensorType((B, S, 3 * H * D), "float32"))
     with bb.function("main", [qkv]):
         with bb.dataflow():
             heads = bb.emit(relax.op.reshape(qkv, (B, S, 3, H, D)))
-            moved = bb.emit(relax.op.permute_dims(heads, [2, 0, 3, 1, 4]))  # (3, B, H, S, D)
-            parts = bb.emit(relax.op.split(moved, indices_or_sections=[1, 2], axis=0))
-            q, k, v = (bb.emit(relax.op.squeeze(bb.emit(relax.TupleGetItem(parts, i)), axis=[0])) for i in range(3))
+            q, k, v = select(bb, bb.emit(relax.op.permute_dims(heads, [2, 0, 3, 1, 4])))
             scaled = bb.emit(relax.op.multiply(q, relax.const(D ** -0.5, "float32")))
             scores = bb.emit(relax.op.matmul(scaled, bb.emit(relax.op.permute_dims(k, [0, 1, 3, 2]))))
-            probs = bb.emit(relax.op.nn.softmax(scores, axis=-1))
-            out = bb.emit(relax.op.matmul(probs, v))
+            out = bb.emit(relax.op.matmul(bb.emit(relax.op.nn.softmax(scores, axis=-1)), v))
             if extra_reader:
                 out = bb.emit(relax.op.add(out, v))
             out = bb.emit_output(out)
@@ -48,24 +46,29 @@ def packed_attention(extra_reader: bool = False) -> tvm.IRModule:
     return bb.get()
 
 
+def split_three(bb, moved):
+    parts = bb.emit(relax.op.split(moved, indices_or_sections=[1, 2], axis=0))
+    return [bb.emit(relax.op.squeeze(bb.emit(relax.TupleGetItem(parts, i)), axis=[0])) for i in range(3)]
+
+
+def take_three(bb, moved):
+    """``moved[0]``, ``moved[1]``, ``moved[2]`` as the ONNX importer writes a Gather: the last
+    index computed from the shape."""
+    extent = bb.emit(relax.op.take(relax.op.shape_to_tensor(relax.op.shape_of(moved)),
+                                   relax.const(0, "int64"), axis=0))
+    last = bb.emit(relax.op.subtract(extent, relax.const(1, "int64")))  # 2, computed
+    return [bb.emit(relax.op.take(moved, index, axis=0))
+            for index in (relax.const(0, "int64"), relax.const(1, "int64"), last)]
+
+
+def packed_attention(extra_reader: bool = False) -> tvm.IRModule:
+    """The attention with ``q``, ``k``, ``v`` split apart (DeiT's ``qkv.unbind``)."""
+    return attention_on(split_three, extra_reader)
+
+
 def taken_attention() -> tvm.IRModule:
-    """The same attention with ``q``, ``k``, ``v`` taken by constant index (torchvision's
-    ``qkv[0]``, an ONNX Gather): the index computed from a shape, as the ONNX importer writes it."""
-    bb = relax.BlockBuilder()
-    qkv = relax.Var("qkv", relax.TensorType((B, S, 3 * H * D), "float32"))
-    with bb.function("main", [qkv]):
-        with bb.dataflow():
-            heads = bb.emit(relax.op.reshape(qkv, (B, S, 3, H, D)))
-            moved = bb.emit(relax.op.permute_dims(heads, [2, 0, 3, 1, 4]))  # (3, B, H, S, D)
-            extent = bb.emit(relax.op.take(relax.op.shape_to_tensor(relax.op.shape_of(moved)),
-                                           relax.const(0, "int64"), axis=0))
-            last = bb.emit(relax.op.subtract(extent, relax.const(1, "int64")))  # 2, computed
-            q, k = (bb.emit(relax.op.take(moved, relax.const(i, "int64"), axis=0)) for i in (0, 1))
-            v = bb.emit(relax.op.take(moved, last, axis=0))
-            scores = bb.emit(relax.op.matmul(q, bb.emit(relax.op.permute_dims(k, [0, 1, 3, 2]))))
-            out = bb.emit_output(relax.op.matmul(bb.emit(relax.op.nn.softmax(scores, axis=-1)), v))
-        bb.emit_func_output(out)
-    return bb.get()
+    """The attention with ``q``, ``k``, ``v`` taken by constant index (torchvision's ``qkv[0]``)."""
+    return attention_on(take_three)
 
 
 def run_cpu(mod: tvm.IRModule, data: np.ndarray) -> np.ndarray:
