@@ -12,19 +12,29 @@
 # slices of six transformers at batch 1 (.bundle_sanlp, from
 #   python bench/sanitize_kernels.py --out .bundle_sanlp --models deit_tiny gpt2 bert swin_t mixer_b16 levit_128s \
 #     --batches 1 --rules ImplicitGemm --knob layout_prologues=on)
-# (the runtime travels once, as .bundle_lp32/rt.tar.xz: the 64 MiB limit; carry the three bundles)
+# and .bundle_lpv: ViT-B/16 and DeiT-T at batch 1 and 32 with the take rewrite of fa0d927
+#   tvm-fusion-hw bundle --out .bundle_lpv --models corpus:vit_b_16 corpus:deit_tiny --batches 1 32 --profile nvidia-h200 \
+#     --no-graph --variant vit_b_16.layout:corpus:vit_b_16:layout_prologues=True \
+#     --variant deit_tiny.layout:corpus:deit_tiny:layout_prologues=True
+# (the runtime travels once, as .bundle_lp32/rt.tar.xz: the 64 MiB limit; carry the four bundles)
 export PYTHONUNBUFFERED=1
 [ -d .bundle_lp32/tvm_runtime ] || tar -C .bundle_lp32 -xJf .bundle_lp32/rt.tar.xz
 [ -d .bundle_lp1/tvm_runtime ] || tar -C .bundle_lp1 -xJf .bundle_lp32/rt.tar.xz
 R=${OUT:-.}/res
 mkdir -p $R/b32 $R/b1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > $R/gpu.txt
-timeout 180 python3 .bundle_lp32/run.py --out /tmp/lp32 --batches 32 --no-graph --no-torch --repeat 10 --time-budget 140 \
+timeout 170 python3 .bundle_lp32/run.py --out /tmp/lp32 --batches 32 --no-graph --no-torch --repeat 10 --time-budget 130 \
   --min-repeat-ms 5 --onnxruntime --no-isolate > $R/b32/run.log 2>&1; echo "rc=$?" >> $R/b32/run.log
 cp /tmp/lp32/results.json $R/b32/
-timeout 100 python3 .bundle_lp1/run.py --out /tmp/lp1 --batches 1 --no-torch --repeat 10 --time-budget 65 \
+timeout 90 python3 .bundle_lp1/run.py --out /tmp/lp1 --batches 1 --no-torch --repeat 10 --time-budget 55 \
   --min-repeat-ms 5 --onnxruntime --no-isolate > $R/b1/run.log 2>&1; echo "rc=$?" >> $R/b1/run.log
 cp /tmp/lp1/results.json $R/b1/
+# ViT-B/16 and DeiT-T again with the constant takes as slices too (fa0d927), batch 1 and 32
+[ -d .bundle_lpv/tvm_runtime ] || cp -r .bundle_lp32/tvm_runtime .bundle_lpv/
+mkdir -p $R/takes
+timeout 70 python3 .bundle_lpv/run.py --out /tmp/lpv --no-graph --no-torch --repeat 10 --time-budget 50 \
+  --min-repeat-ms 5 --onnxruntime --no-isolate > $R/takes/run.log 2>&1; echo "rc=$?" >> $R/takes/run.log
+cp /tmp/lpv/results.json $R/takes/
 # the sanitizer: 85 kernels in three shards per tool, all six processes at once, after the timing
 [ -d .bundle_sanlp/tvm_runtime ] || cp -r .bundle_lp32/tvm_runtime .bundle_sanlp/
 python3 -c "
