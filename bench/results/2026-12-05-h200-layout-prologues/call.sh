@@ -20,6 +20,7 @@
 export PYTHONUNBUFFERED=1
 [ -d .bundle_lp32/tvm_runtime ] || tar -C .bundle_lp32 -xJf .bundle_lp32/rt.tar.xz
 [ -d .bundle_lp1/tvm_runtime ] || tar -C .bundle_lp1 -xJf .bundle_lp32/rt.tar.xz
+for b in .bundle_lp1 .bundle_lpv .bundle_sanlp; do [ -d $b/wheels ] || cp -r .bundle_lp32/wheels $b/; done
 R=${OUT:-.}/res
 mkdir -p $R/b32 $R/b1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > $R/gpu.txt
