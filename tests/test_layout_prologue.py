@@ -7,7 +7,7 @@ GEMM's loads read the copy's input through the composed index. CPU only; checked
 - the index composed through the copies (schedules/base/source_access.py), and the copy direction
   it gives: a transposed operand is copied along the other axis;
 - the fusion: the transpose joins the matmul (one kernel) with ``layout_prologues=True``, not by
-  default (off until measured on the GPU) and never under stock FuseOps; a concatenation is declined, and the decision says so;
+  default, not with ``layout_prologues=False``, never under stock FuseOps; a concatenation is declined, and the decision says so;
 - the schedules compute what the unscheduled fused PrimFuncs compute (by hand, and BERT's two
   batched matmuls with their reshapes and transposes);
 - a copy that computes nothing keeps ``cp.async``, in the plan asked before fusion and in the
@@ -146,7 +146,8 @@ def test_the_copies_join_their_matmuls_only_with_the_rule():
     decisions = [d for d in fuse.report.decisions if d.rule == GEMM_PROLOGUE]
     assert len(decisions) == 2 and all(d.fused and d.reason.startswith("layout -> matmul") for d in decisions)
     apart = ["fused_transpose1_reshape", "matmul", "matmul1", "transpose"]
-    assert kernels(attention_scores_module(), hw.fusion_pass(target)) == apart  # the default, until measured
+    assert kernels(attention_scores_module(), hw.fusion_pass(target)) == kernels(attention_scores_module(), fuse)
+    assert kernels(attention_scores_module(), hw.fusion_pass(target, layout_prologues=False)) == apart
     assert kernels(attention_scores_module(), None) == apart  # stock FuseOps: each copy a kernel
 
 

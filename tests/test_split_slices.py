@@ -5,7 +5,7 @@ CPU only; checked:
 - the rewrite computes what the split did (both modules run on the CPU, compared element by
   element), and drops the split;
 - with ``layout_prologues`` no kernel is left for the split or for the reshape and transpose before
-  it, each matmul reads ``qkv`` itself; without the knob the pass does not run;
+  it, each matmul reads ``qkv`` itself (the default); with the knob off the pass does not run;
 - a split with another reader is kept, and its decision says which reader;
 - the schedules of the fused matmuls compute what their unscheduled PrimFuncs compute.
 """
@@ -123,7 +123,7 @@ def test_each_matmul_reads_the_packed_projection_itself():
     assert len(funcs) == 3  # q @ k^T, softmax, p @ v: no copy kernel
     decision = next(d for d in fuse.report.decisions if d.rule == SPLIT_SLICES)
     assert decision.fused and decision.verdict == "slices"
-    default = hw.fusion_pass(target)  # the knob off: no rewrite, the split is a kernel
+    default = hw.fusion_pass(target, layout_prologues=False)  # no rewrite: the split is a kernel
     funcs = prim_funcs(fused_module(packed_attention(), target, default))
     assert [n for n in funcs if "split" in n] and not [d for d in default.report.decisions if d.rule == SPLIT_SLICES]
 

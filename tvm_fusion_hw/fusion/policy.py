@@ -131,9 +131,9 @@ class PolicyConfig:  # pylint: disable=too-many-instance-attributes
     #: plans it (fusion/prologue_rule.py: an SE block's scale in the projecting conv); stock never does
     gemm_prologues: bool = True
     #: GEMM prologues may also be injective producers (attention's transposes and reshapes, a
-    #: squeeze, a slice), read through the composed index; off until measured on the GPU
-    #: (bench/results/2026-12-05-h200-layout-prologues/call.sh is the measurement to run)
-    layout_prologues: bool = False
+    #: squeeze, a slice), read through the composed index, and a split read only by matmuls is cut
+    #: into slices (split_slices.py); measured in bench/results/2026-12-05-h200-layout-prologues/
+    layout_prologues: bool = True
     #: compute 3x3 stride-1 convolutions by Winograd where the FLOPs it saves outweigh the bytes and
     #: kernels it adds on the profile ("auto"), always ("always", to measure it) or never ("off");
     #: the pipeline's WinogradConv2d pass reads it (tvm_fusion_hw/winograd_conv.py)
