@@ -63,8 +63,10 @@ def fused():
     """{(model, batch): {name: PrimFunc}} fused for the H200."""
     target = hw.target(H200)
     # without the attention chain: BERT's batch-1 attention matmuls would be inside one attention kernel;
-    # ResNet-50's 3x3 convs direct (the Winograd rewrite takes them at batch 32: tests/test_winograd.py)
-    return {(model, batch): fused_funcs(model, batch, target, attention=False, winograd="off")
+    # ResNet-50's 3x3 convs direct (the Winograd rewrite takes them at batch 32: tests/test_winograd.py);
+    # BERT's batched matmuls without their copies (with them: tests/test_layout_prologue.py)
+    return {(model, batch): fused_funcs(model, batch, target, attention=False, winograd="off",
+                                        layout_prologues=False)
             for model, batch in (("resnet50", 1), ("resnet50", 32), ("bert_encoder_layer", 1))}
 
 
@@ -202,8 +204,8 @@ def test_tile_occupancy_is_the_vendor_method(profile):
 def test_sm90_gemm_kernels_use_shared_memory_without_spills(fused, model):
     target = hw.target(H200)
     mod = import_onnx(build(model, batch=1), keep_params_in_input=True)
-    # as ``fused`` is: without the attention chain, the 3x3 convs direct
-    pipeline = get_pipeline(target, pair_templates=WITHOUT_ATTENTION, winograd="off")
+    # as ``fused`` is: without the attention chain, the 3x3 convs direct, no layout prologues
+    pipeline = get_pipeline(target, pair_templates=WITHOUT_ATTENTION, winograd="off", layout_prologues=False)
     source = cuda_source(tvm.compile(mod, target=target, relax_pipeline=pipeline))
     gemms = [n for n, f in fused[(model, 1)].items() if plan(f, target) is not None]
     for name in gemms:

@@ -71,6 +71,11 @@ class GemmPrologueRule:
             return decision(False, f"apart: {refusal.reason}")
         if not cfg.gemm_prologues:
             return decision(False, "GEMM prologues disabled (gemm_prologues=False): two kernels")
+        if sum(1 for info in consumer.infos if info.is_complex) > 1:
+            # an attention chain: its template (not the contraction's) schedules the group and
+            # loads its operands itself; a prologue there would leave the kernel to dlight
+            return decision(False, "the consumer is a chain of complex ops, whose template takes no prologue: "
+                                   "two kernels")
         entry = rule.planners.prologues.get(kind)
         if entry is None:
             return decision(False, f"no schedule template computes a producer in a {kind}'s loads: two kernels")
