@@ -21,7 +21,7 @@ takes, is a decision (rule ``split-slices``) in the fusion report.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import tvm
 from tvm import relax
@@ -156,12 +156,15 @@ class _Rewriter(PyExprMutator):
                                       assume_inbound=True)  # the bounds are the split's own
 
 
-class _Slices:
+class _Slices(NamedTuple):
     """One split's or take's rewrite: its input made from ``root`` by ``chain``, cut along ``axis``
     (``kind`` "split": a slice per output; "take": one slice, then the axis squeezed)."""
 
-    def __init__(self, kind: str, root: Expr, chain: List[Call], axis: int, bounds: List[Tuple[int, int]]):
-        self.kind, self.root, self.chain, self.axis, self.bounds = kind, root, chain, axis, bounds
+    kind: str
+    root: Expr
+    chain: List[Call]
+    axis: int
+    bounds: List[Tuple[int, int]]
 
 
 @tvm.transform.module_pass(opt_level=0, name="SplitsIntoSlices")
