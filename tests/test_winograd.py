@@ -6,12 +6,15 @@ their schedule rule (schedules/winograd). CPU only; checked:
 - the profile decides (both ways costed with the tile model, winograd_cost.py): a 64-channel layer
   at batch 32 and a 512-channel 7x7 layer at batch 1 are Winograd on the H200 and direct on the RTX
   3060 (short of bandwidth for the transforms, the transformed filter): Before / Expected kernels
-  under both; a 3-channel layer stays direct; strided, grouped and 1x1 convolutions are never
+  under both; the 512-channel layer is direct on the H100 too (its 3.35 TB/s against the H200's 4.8); a 3-channel layer stays direct; strided, grouped and 1x1 convolutions are never
   considered;
 - the transform schedules compute what their PrimFuncs compute, and build for sm_90 without spills.
 """
 
+import importlib.util
+import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,7 +34,7 @@ from tvm_fusion_hw.winograd_conv import WINOGRAD, WinogradConv2d
 from tvm_fusion_hw.winograd_cost import WinogradCostModel
 from tir_checks import LLVM, assert_schedule_preserves_numerics, prim_funcs, ptxas_kernels
 
-H200, RTX3060 = "nvidia-h200", "nvidia-rtx-3060"
+H200, H100, RTX3060 = "nvidia-h200", "nvidia-h100-sxm", "nvidia-rtx-3060"
 
 
 @pytest.mark.parametrize("m", TILE_SIZES)
@@ -117,6 +120,20 @@ def test_a_late_layer_at_batch_1_follows_the_bandwidth():
                          (512 * 512 * 9 + 2 * 512 * 49) * 4 / profile.dram_bytes_per_s)
     assert transformed_filter_s > 2 * direct_bound_s
     assert decision.figures["gemm_us"] > transformed_filter_s * 1e6
+
+
+def test_the_late_layer_is_direct_on_the_h100():
+    """The same layer on the H100, whose SMs and tiles are the H200's and whose bandwidth is 30%
+    less: the GEMM streaming its 37.7 MB transformed filter now costs more than Winograd saves.
+    Measured there (bench/results/2026-12-06-h200-emulated-winograd, ncu per kernel, ResNet-18 b1):
+    33.6 us a layer by Winograd against 29.8 direct; the H200 measured 21.3 against 23.6."""
+    mod, _ = conv_module(n=1, c=512, size=(7, 7), k=512)
+    on_h100, (decision,) = winograd_kernels(mod, H100)
+    assert on_h100 == ["fused_conv2d_add_relu"] and not decision.fused
+    _, (on_h200,) = winograd_kernels(mod, H200)
+    # only the GEMM's bytes tell the two apart: the same tile plans, the same transforms' floor
+    assert decision.figures["gemm_us"] > 1.3 * on_h200.figures["gemm_us"]
+    assert decision.figures["data_transform_us"] == on_h200.figures["data_transform_us"]
 
 
 def test_a_three_channel_layer_stays_direct():
@@ -283,3 +300,43 @@ def test_a_filter_read_twice_stays_in_main():
         vm = relax.VirtualMachine(ex, tvm.cpu())
         results.append(vm["main"](tvm.runtime.tensor(x), *vm["main_transform_params"]([tvm.runtime.tensor(w)])).numpy())
     assert np.linalg.norm(results[0] - results[1]) / np.linalg.norm(results[1]) < 1e-5
+
+
+def _calibration_script():
+    path = Path(__file__).resolve().parent.parent / "bench" / "winograd_calibration.py"
+    spec = importlib.util.spec_from_file_location("winograd_calibration", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_calibration_picks_memory_bound_gemms(monkeypatch, tmp_path):
+    """bench/winograd_calibration.py's ``gemm_streaming`` rows: a Winograd GEMM whose FLOPs per byte
+    are under a quarter of the ridge (512 channels, 4 tiles: 2 FLOP/B) is one, a compute-bound one
+    (128 tiles: 43 FLOP/B) is not; ``--keys`` rewrites only that list of an existing file."""
+    script = _calibration_script()
+    assert script._batched_gemm_flops([[36, 512, 512], [36, 512, 4], [36, 512, 4]]) == 2 * 36 * 512 * 512 * 4
+    assert script._batched_gemm_flops([[1, 64, 56, 56], [64, 64, 3, 3], [1, 64, 56, 56]]) == 0
+
+    def gemm(tiles):
+        shapes = [[36, 512, 512], [36, 512, tiles], [36, 512, tiles]]
+        return (10.0, sum(int(np.prod(s)) for s in shapes) * 4, False, script._batched_gemm_flops(shapes))
+
+    kernels = {("m", 1): {"matmul": gemm(4)}, ("m", 32): {"matmul": gemm(128)}}
+    monkeypatch.setattr(script, "_kernels", lambda model, batch, knobs, profile: kernels[(model, batch)])
+    results = [{"model": "m", "batch": b, "kernels": {"hw": {"all": [{"name": "matmul", "us_per_call": 15.0}]}}}
+               for b in (1, 32)]
+    found = script.rows(results, H200)
+    assert [row[0] for row in found["gemm_streaming"]] == ["m b1 matmul"]
+    assert len(found["fused"]) == 2
+    kept = {"source": "earlier", "fused": [["kept", 1.0, 1.0]], "apart": [["kept", 1.0, 1.0]],
+            "streaming": [["kept", 1, 1.0, 4.8e12]], "smallest": [["kept", 1.0]],
+            "gemm_streaming": [["replaced", 1, 1.0, 4.8e12]]}
+    out = tmp_path / "cal.json"
+    out.write_text(json.dumps(kept))
+    run = tmp_path / "results.json"
+    run.write_text(json.dumps(results))
+    assert script.main([str(run), "--write", str(out), "--keys", "gemm_streaming", "--batches", "1"]) == 0
+    written = json.loads(out.read_text())
+    assert written["source"] == "earlier" and written["fused"] == [["kept", 1.0, 1.0]]
+    assert [row[0] for row in written["gemm_streaming"]] == ["m b1 matmul"]

@@ -19,8 +19,10 @@ the profile's peak stand in. ``bytes`` are the kernel's parameters (each read or
 for every profile, as the pair rule's do (the profile moves the tile model, its peak and its
 bandwidth): ``k`` and the transforms' ``eta`` (the fraction of the bandwidth they reached) and
 ``t_0`` (what a batch-1 transform took) in ``CALIBRATIONS["WinogradConv2d"]``; a GEMM's ``eta``
-is what streaming kernels reached (``CALIBRATIONS["ImplicitGemm"]``: the transforms, with scalar
-stores, reach less).
+is what the Winograd GEMMs bound by their bytes reached (``CALIBRATIONS["WinogradGemm"]``). That
+is what decides small-batch layers with many channels: the GEMM streams the transformed filter,
+4x the filter that the direct convolution reads, so where bandwidth is short against the FLOPs
+saved the direct convolution wins.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ from .hardware.profile import HardwareProfile
 from .plans import KernelPlan
 from .schedules.winograd.transforms import WinogradShape
 
-#: the calibration the rule's figures come from, and the one whose streaming kernels give the
+#: the calibration the rule's figures come from, and the one whose memory-bound GEMMs give the
 #: bandwidth a GEMM's bytes move at
-CALIBRATION, STREAMING = "WinogradConv2d", "ImplicitGemm"
+CALIBRATION, GEMM_CALIBRATION = "WinogradConv2d", "WinogradGemm"
 _FLOAT_BYTES = 4
 
 KernelPlanner = Callable[[tirx.PrimFunc, tvm.target.Target], Optional[KernelPlan]]
@@ -136,7 +138,7 @@ class WinogradCostModel:
                  kernel_plan: Optional[KernelPlanner] = None):
         self.profile, self.target, self.kernel_plan = profile, target, kernel_plan
         self.calibration = CALIBRATIONS[CALIBRATION]
-        self.streaming_efficiency = CALIBRATIONS[STREAMING].dram_efficiency
+        self.gemm_efficiency = CALIBRATIONS[GEMM_CALIBRATION].dram_efficiency
         self._memo: Dict[tuple, WinogradCost] = {}
 
     def cost(self, shape: WinogradShape, filter_per_call: bool = False) -> WinogradCost:
@@ -172,7 +174,7 @@ class WinogradCostModel:
             modelled, planned = error * plan.time_s, True
         else:
             modelled, planned = flops / self.profile.peak_fp32_flop_per_s, False
-        return KernelCost(modelled, self._bytes_s(nbytes, self.streaming_efficiency),
+        return KernelCost(modelled, self._bytes_s(nbytes, self.gemm_efficiency),
                           self.calibration.kernel_floor_s, planned)
 
     def _streaming(self, nbytes: int) -> KernelCost:

@@ -223,12 +223,14 @@ CALIBRATIONS: dict[str, Calibration] = {
 }
 
 
-def _from_file(name: str) -> Calibration:
+def _from_file(name: str, **lists: str) -> Calibration:
     """A calibration whose rows are too many to list here: ``calibration_data/<name>``, as the bench
-    script that measured it writes it (its ``source`` names the run and the script)."""
+    script that measured it writes it (its ``source`` names the run and the script). ``lists``: a
+    row list read from another key of the file (``streaming="gemm_streaming"``), or none (``""``)."""
     data = json.loads((Path(__file__).parent / "calibration_data" / name).read_text(encoding="utf-8"))
-    return Calibration(source=data["source"], **{key: tuple(tuple(row) for row in data[key])
-                                                 for key in ("fused", "apart", "streaming", "smallest")})
+    keys = {key: lists.get(key, key) for key in ("fused", "apart", "streaming", "smallest")}
+    return Calibration(source=data["source"], **{field: tuple(tuple(row) for row in data[key]) if key else ()
+                                                 for field, key in keys.items()})
 
 
 #: The Winograd rule's (``winograd_conv.decide``), where "fused" is the plan that replaces and
@@ -237,3 +239,9 @@ def _from_file(name: str) -> Calibration:
 #: batch 32; smallest: the transforms at batch 1. VGG-11, ResNet-18/50, DenseNet-121, AlexNet at
 #: batch 1 and 32, and eleven more CNNs at batch 32 (bench/winograd_calibration.py).
 CALIBRATIONS["WinogradConv2d"] = _from_file("winograd-h200.json")
+#: The Winograd GEMM alone: its tile model's error (the same GEMM rows) and, as "streaming", the
+#: GEMMs of that run deep in the memory-bound region, for the bandwidth a GEMM's bytes move at: at
+#: batch 1, two that stream a 512-channel transformed filter (alpha^2 / 9 = 4 times the direct
+#: filter's bytes) and a 3-channel layer's, which writes 21 times its input.
+CALIBRATIONS["WinogradGemm"] = _from_file("winograd-h200.json", streaming="gemm_streaming", apart="",
+                                          smallest="")
