@@ -12,8 +12,9 @@ same knobs), in the rows :class:`tvm_fusion_hw.fusion.calibrations.Calibration` 
 * ``smallest``: the transforms at batch 1 (what a transform costs when its bytes do not show);
 * ``gemm_streaming``: the Winograd GEMMs deep in the memory-bound region (FLOPs per parameter byte
   at most a quarter of the profile's ridge: their bytes set their time even at a quarter of the
-  peak), as ``(kernel, bytes, measured us, bandwidth)``: the fraction of the bandwidth a GEMM that
-  streams its transformed filter reaches (``CALIBRATIONS["WinogradGemm"]``).
+  peak), as ``(kernel, bytes, measured us, bandwidth)``: the fraction of the bandwidth a GEMM bound
+  by its bytes reaches, a batch-1 GEMM streaming a large transformed filter for instance
+  (``CALIBRATIONS["WinogradGemm"]``).
 
     R=bench/results/2026-12-04-h200-winograd
     python bench/winograd_calibration.py $R/res/time/results.json $R/res2/time/results.json \\

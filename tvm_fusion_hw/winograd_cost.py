@@ -19,7 +19,8 @@ the profile's peak stand in. ``bytes`` are the kernel's parameters (each read or
 for every profile, as the pair rule's do (the profile moves the tile model, its peak and its
 bandwidth): ``k`` and the transforms' ``eta`` (the fraction of the bandwidth they reached) and
 ``t_0`` (what a batch-1 transform took) in ``CALIBRATIONS["WinogradConv2d"]``; a GEMM's ``eta``
-is what the Winograd GEMMs bound by their bytes reached (``CALIBRATIONS["WinogradGemm"]``). That
+(the batched GEMM's, and the direct convolution's, an implicit GEMM) is what the Winograd GEMMs
+bound by their bytes reached (``CALIBRATIONS["WinogradGemm"]``). That
 is what decides small-batch layers with many channels: the GEMM streams the transformed filter,
 4x the filter that the direct convolution reads, so where bandwidth is short against the FLOPs
 saved the direct convolution wins.
