@@ -239,9 +239,9 @@ def _from_file(name: str, **lists: str) -> Calibration:
 #: batch 32; smallest: the transforms at batch 1. VGG-11, ResNet-18/50, DenseNet-121, AlexNet at
 #: batch 1 and 32, and eleven more CNNs at batch 32 (bench/winograd_calibration.py).
 CALIBRATIONS["WinogradConv2d"] = _from_file("winograd-h200.json")
-#: The Winograd GEMM alone: its tile model's error (the same GEMM rows) and, as "streaming", the
-#: GEMMs of that run deep in the memory-bound region, for the bandwidth a GEMM's bytes move at: at
-#: batch 1, two that stream a 512-channel transformed filter (alpha^2 / 9 = 4 times the direct
-#: filter's bytes) and a 3-channel layer's, which writes 21 times its input.
-CALIBRATIONS["WinogradGemm"] = _from_file("winograd-h200.json", streaming="gemm_streaming", apart="",
+#: Only the bandwidth a Winograd GEMM's bytes move at (its tile model's error is "fused" above): as
+#: "streaming", the GEMMs of that run deep in the memory-bound region: at batch 1, two that stream
+#: a 512-channel transformed filter (alpha^2 / 9 = 4 times the direct filter's bytes) and a
+#: 3-channel layer's, which writes 21 times its input.
+CALIBRATIONS["WinogradGemm"] = _from_file("winograd-h200.json", streaming="gemm_streaming", fused="", apart="",
                                           smallest="")
