@@ -31,6 +31,7 @@ from tvm.relax import Call, Expr, PyExprMutator, expr_functor
 from .errors import FusionHWError
 from .fusion.analysis import tensor_shape
 from .fusion.decisions import Decision
+from .fusion.graph import COMM_REDUCE, OUT_EWISE_FUSABLE
 from .fusion.policy import WINOGRAD_MODES
 from .hardware.profile import HardwareProfile
 from .hardware.target import target as profile_target
@@ -40,6 +41,12 @@ from .winograd_cost import KernelPlanner, WinogradCost, WinogradCostModel
 
 #: the rule's name in decisions
 WINOGRAD = "winograd"
+#: Each transform's fusion pattern, as a reduction over its window (the filter's, a reduction; the
+#: data's and the output's, out-elementwise-fusable, so the convolution's epilogue fuses into the
+#: output transform). Given, not inferred: the TE computes write each output's window out as one sum,
+#: which TVM's analysis would call injective, and fusion would then merge a data transform into the
+#: output transform before it (a kernel no template schedules).
+_OP_PATTERNS = {"filter": COMM_REDUCE, "data": OUT_EWISE_FUSABLE, "output": OUT_EWISE_FUSABLE}
 
 
 def eligible_shape(call: Call, m: int) -> Optional[WinogradShape]:
@@ -115,10 +122,13 @@ class _Rewriter(PyExprMutator):
         if isinstance(weight, tvm.ir.expr.Constant):
             filters = relax.const(filter_transform_numpy(weight.value.numpy(), shape.m))
         else:
-            filters = bb.emit_te(lambda g: filter_transform(g, shape.m), weight, primfunc_name_hint="winograd_filter")
-        transformed = bb.emit_te(lambda d: data_transform(d, shape), data, primfunc_name_hint="winograd_data")
+            filters = bb.emit_te(lambda g: filter_transform(g, shape.m), weight, primfunc_name_hint="winograd_filter",
+                                 primfunc_attrs={"op_pattern": _OP_PATTERNS["filter"]})
+        transformed = bb.emit_te(lambda d: data_transform(d, shape), data, primfunc_name_hint="winograd_data",
+                                 primfunc_attrs={"op_pattern": _OP_PATTERNS["data"]})
         products = bb.emit(relax.op.matmul(filters, transformed))
-        return bb.call_te(lambda p: output_transform(p, shape), products, primfunc_name_hint="winograd_output")
+        return bb.call_te(lambda p: output_transform(p, shape), products, primfunc_name_hint="winograd_output",
+                          primfunc_attrs={"op_pattern": _OP_PATTERNS["output"]})
 
 
 @tvm.transform.module_pass(opt_level=0, name="WinogradConv2d")

@@ -1,8 +1,8 @@
 """A schedule rule for the Winograd transforms (:mod:`.transforms`): a thread per tile, the tile unrolled.
 
 Both transforms are, per output tile and channel, a small dense-constant matrix product over an
-``alpha x alpha`` tile: dlight would give each output element a thread and a 36-term reduction
-whose coefficients are ``Select`` chains. Here a thread owns one tile of one channel:
+``alpha x alpha`` tile: dlight would give each output element a thread of its own, each summing
+terms whose coefficients are ``Select`` chains. Here a thread owns one tile of one channel:
 
 * filter transform (``U[s, k, c]``, where the filter is a parameter, not a constant): as the data
   transform, a thread per output and input channel;
@@ -122,13 +122,12 @@ def _match(sch: s_tir.Schedule) -> Optional[Tuple]:
     anchor = anchors[0]
     transform = str(sch.get(anchor).annotations["schedule_rule"])
     extents = [const_int(iv.dom.extent) for iv in sch.get(anchor).iter_vars]
-    if transform == FILTER_RULE:  # s, k, c spatial; kw the window's column of the first pass
+    if transform == FILTER_RULE:  # s, k, c
         half = _named(sch, blocks, FILTER_ROWS)
         return (WinogradProblem(transform, extents[1] * extents[2], 0), anchor, half) \
             if len(blocks) == 2 and half is not None else None
     if transform == DATA_RULE:
-        # s, c, p spatial; rb the tile's row. The padding and the first pass stay; other producers
-        # are inlined.
+        # s, c, p. The padding and the first pass stay; other producers are inlined.
         pad, half = _named(sch, blocks, DATA_PAD), _named(sch, blocks, DATA_ROWS)
         if pad is None or half is None:
             return None
@@ -139,7 +138,7 @@ def _match(sch: s_tir.Schedule) -> Optional[Tuple]:
                 return None  # another output: not this rule's kernel
             sch.compute_inline(block)  # a producer fused before the padding: into its reader
         return WinogradProblem(transform, extents[1] * extents[2], 0), anchor, half, pad
-    # n, k, h, w spatial; ra the tile's column of the first pass. The tile size from its index.
+    # n, k, h, w. The tile size from its index.
     half = _named(sch, blocks, OUTPUT_COLUMNS)
     tile = _output_tile(sch.get(anchor))
     if tile is None or half is None:
@@ -182,10 +181,10 @@ def _unroll_all_below(sch: s_tir.Schedule, block: SBlockRV, outer) -> None:
 
 def _schedule_tiles(sch: s_tir.Schedule, tile: WinogradTile, anchor: SBlockRV, half: SBlockRV,
                     pad: Optional[SBlockRV] = None) -> None:
-    """Data transform (``pad``: its padded input) or filter transform: ``[s, channels..., window]``
-    loops, a thread per channel pair, its input window and the first pass (``half``) in registers."""
-    s, c, p, reduction = sch.get_loops(anchor)
-    sch.reorder(c, p, s, reduction)
+    """Data transform (``pad``: its padded input) or filter transform: ``[s, channels...]`` loops,
+    a thread per channel pair, its input window and the first pass (``half``) in registers."""
+    s, c, p = sch.get_loops(anchor)
+    sch.reorder(c, p, s)
     tx = _bind(sch, sch.fuse(c, p), tile.threads)
     window = sch.cache_read(half, 0, "local") if pad is None else pad  # the input window, in registers
     _first_pass_in_registers(sch, half, tx)
@@ -194,8 +193,7 @@ def _schedule_tiles(sch: s_tir.Schedule, tile: WinogradTile, anchor: SBlockRV, h
     sch.compute_at(window, tx)
     write = sch.cache_write(anchor, 0, "local")
     sch.reverse_compute_at(write, tx)
-    init = sch.decompose_reduction(anchor, sch.get_loops(anchor)[-2])
-    for block in (window, half, init, anchor, write):
+    for block in (window, half, anchor, write):
         _unroll_all_below(sch, block, tx)
 
 
@@ -203,27 +201,22 @@ def _schedule_output(sch: s_tir.Schedule, problem: WinogradProblem, tile: Winogr
                      half: SBlockRV) -> None:
     write = sch.cache_write(anchor, 0, "local")
     auto_inline_consumer_chain(sch, write)
-    n, k, h, w, ra = sch.get_loops(anchor)
+    n, k, h, w = sch.get_loops(anchor)
     th, vh = sch.split(h, [None, problem.tile])
     tw, vw = sch.split(w, [None, problem.tile])
-    sch.reorder(n, k, th, tw, vh, vw, ra)
+    sch.reorder(n, k, th, tw, vh, vw)
     tx = _bind(sch, sch.fuse(n, k, th, tw), tile.threads)
     gemm = sch.cache_read(half, 0, "local")
     _first_pass_in_registers(sch, half, tx)
     sch.compute_at(gemm, tx)
     sch.reverse_compute_at(write, tx)
-    init = sch.decompose_reduction(anchor, sch.get_loops(anchor)[-3])
-    for block in (gemm, half, init, anchor, write):
+    for block in (gemm, half, anchor, write):
         _unroll_all_below(sch, block, tx)
     if tile.vector_stores:
         sch.vectorize(sch.get_loops(write)[-1])  # the tile's row: m consecutive pixels
 
 
 def _first_pass_in_registers(sch: s_tir.Schedule, half: SBlockRV, tx) -> None:
-    """The first pass's buffer in registers, computed in each thread where the second pass reads
-    it. Its reduction keeps its init (zeroing at the first unrolled term, folded once unrolled):
-    computed at a fused thread loop, its bindings can lose the quasi-affine form that decomposing
-    the reduction needs (an output transform at batch 2 whose channels x tiles the block's threads
-    divide)."""
+    """The first pass's buffer in registers, computed in each thread where the second pass reads it."""
     sch.set_scope(half, 0, "local")
     sch.compute_at(half, tx)

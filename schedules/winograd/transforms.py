@@ -16,12 +16,13 @@ image-major then tile rows then tile columns):
 * the GEMMs ``M[s, k, p] = sum_c U[s, k, c] V[s, c, p]`` (a batched matmul, the GEMM template's),
 * output ``Y[n, k, h, w]`` (:func:`output_transform`), in the convolution's own layout.
 
-The transforms are separable: each is two reductions over one side of the tile
-(``B^T d``, then ``(B^T d) B``), ``2 alpha`` terms an output instead of ``alpha^2`` (the unrolled
-kernel is a third of the size, which TVM's lowering and nvcc pass over). Coefficients are
-constants once the schedule unrolls the tile (``Select`` chains over the position, folded by TVM's
-simplifier, zero terms dropped); the blocks carry ``schedule_rule`` annotations (TVM's own
-convention, as its topi Winograd computes) that :mod:`.rule` schedules.
+The transforms are separable: each is two passes, a sum over one side of the tile each (``B^T d``,
+then ``(B^T d) B``), ``2 alpha`` terms an output instead of ``alpha^2`` (the unrolled kernel is a
+third of the size, which TVM's lowering and nvcc pass over). Each output's sum is written out over
+the matrix's non-zero columns (:func:`_combination`); its coefficients are constants once the
+schedule unrolls the tile (``Select`` chains over the position, folded by TVM's simplifier, zero
+terms dropped). The blocks carry ``schedule_rule`` annotations (TVM's own convention, as its topi
+Winograd computes) that :mod:`.rule` schedules.
 """
 
 from __future__ import annotations
@@ -132,15 +133,13 @@ def filter_transform(weight: te.Tensor, m: int) -> te.Tensor:
     _, g, _ = matrices(m)
     alpha = m + 2
     out_ch, in_ch = weight.shape[0], weight.shape[1]
-    kh = te.reduce_axis((0, 3), "kh")
     half = te.compute(  # (G g)[eps, b]
         (alpha, 3, out_ch, in_ch),
-        lambda eps, b, k, c: te.sum(weight[k, c, kh, b] * _coefficient(g, eps, kh, weight.dtype), axis=kh),
+        lambda eps, b, k, c: _combination(g, eps, lambda kh: weight[k, c, kh, b]),
         name=FILTER_ROWS)
-    kw = te.reduce_axis((0, 3), "kw")
     return te.compute(
         (alpha * alpha, out_ch, in_ch),
-        lambda s, k, c: te.sum(half[s // alpha, kw, k, c] * _coefficient(g, s % alpha, kw, weight.dtype), axis=kw),
+        lambda s, k, c: _combination(g, s % alpha, lambda kw: half[s // alpha, kw, k, c]),
         name="winograd_filter", attrs={"schedule_rule": FILTER_RULE})
 
 
@@ -160,17 +159,14 @@ def data_transform(data: te.Tensor, shape: WinogradShape) -> te.Tensor:
             data[n, c, y - top, x - left], tirx.const(0, data.dtype)),
         name=DATA_PAD)
     per_image = shape.tiles_h * shape.tiles_w
-    ra = te.reduce_axis((0, alpha), "ra")
     half = te.compute(  # (B^T d)[eps, b]
         (alpha, alpha, shape.in_channels, shape.tiles),
-        lambda eps, b, c, p: te.sum(
-            padded[p // per_image, c, (p % per_image) // shape.tiles_w * m + ra, p % shape.tiles_w * m + b]
-            * _coefficient(bt, eps, ra, data.dtype), axis=ra),
+        lambda eps, b, c, p: _combination(bt, eps, lambda ra: padded[
+            p // per_image, c, (p % per_image) // shape.tiles_w * m + ra, p % shape.tiles_w * m + b]),
         name=DATA_ROWS)
-    rb = te.reduce_axis((0, alpha), "rb")
     return te.compute(
         (alpha * alpha, shape.in_channels, shape.tiles),
-        lambda s, c, p: te.sum(half[s // alpha, rb, c, p] * _coefficient(bt, s % alpha, rb, data.dtype), axis=rb),
+        lambda s, c, p: _combination(bt, s % alpha, lambda rb: half[s // alpha, rb, c, p]),
         name="winograd_data", attrs={"schedule_rule": DATA_RULE})
 
 
@@ -180,26 +176,36 @@ def output_transform(gemm: te.Tensor, shape: WinogradShape) -> te.Tensor:
     _, _, at = matrices(shape.m)
     m, alpha = shape.m, shape.alpha
     per_image = shape.tiles_h * shape.tiles_w
-    rb = te.reduce_axis((0, alpha), "rb")
     half = te.compute(  # (M A)[a, j]
         (alpha, m, shape.out_channels, shape.tiles),
-        lambda a, j, k, p: te.sum(gemm[a * alpha + rb, k, p] * _coefficient(at, j, rb, gemm.dtype), axis=rb),
+        lambda a, j, k, p: _combination(at, j, lambda rb: gemm[a * alpha + rb, k, p]),
         name=OUTPUT_COLUMNS)
-    ra = te.reduce_axis((0, alpha), "ra")
     return te.compute(
         (shape.batch, shape.out_channels, shape.out_height, shape.out_width),
-        lambda n, k, h, w: te.sum(
-            half[ra, w % m, k, n * per_image + h // m * shape.tiles_w + w // m]
-            * _coefficient(at, h % m, ra, gemm.dtype), axis=ra),
+        lambda n, k, h, w: _combination(
+            at, h % m, lambda ra: half[ra, w % m, k, n * per_image + h // m * shape.tiles_w + w // m]),
         name="winograd_output", attrs={"schedule_rule": OUTPUT_RULE})
 
 
-def _coefficient(matrix: np.ndarray, row, col, dtype: str):
-    """``matrix[row, col]`` for index expressions: a ``Select`` chain over the row's and column's
-    values, zero where no entry matches (constants once the schedule unrolls both)."""
-    value = tirx.const(0, dtype)
-    for i in range(matrix.shape[0]):
-        for j in range(matrix.shape[1]):
-            if matrix[i, j] != 0:
-                value = tirx.Select(tirx.all(row == i, col == j), tirx.const(matrix[i, j], dtype), value)
-    return value
+def _combination(matrix: np.ndarray, row, term) -> tirx.PrimExpr:
+    """``sum_j matrix[row, j] * term(j)`` for an index expression ``row``, written out over the
+    columns ``j`` with a non-zero entry, each coefficient a ``Select`` chain over that column's
+    non-zero entries (a constant once the schedule unrolls ``row``; TVM's simplifier then drops the
+    zero terms).
+
+    Written out rather than as a reduction over ``j`` whose coefficient selects over ``(row, j)``:
+    the simplifier visits every level of a chain under the constraints of the levels above, and that
+    form, ``alpha`` terms with a chain as long as the matrix has non-zero entries, made each
+    transform's lowering about twice as long (TVM lowers every kernel twice: the guard's check and
+    the module's build)."""
+    total = None
+    for j in range(matrix.shape[1]):
+        rows = [i for i in range(matrix.shape[0]) if matrix[i, j] != 0]
+        if not rows:
+            continue
+        value = term(j)
+        coefficient = tirx.const(0, value.dtype)
+        for i in rows:
+            coefficient = tirx.Select(row == i, tirx.const(matrix[i, j], value.dtype), coefficient)
+        total = value * coefficient if total is None else total + value * coefficient
+    return total
