@@ -23,6 +23,8 @@ from tvm import relax
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.errors import FusionHWError
+from tvm_fusion_hw.fusion.analysis import WINDOW_ATTR
+from tvm_fusion_hw.fusion.graph import COMM_REDUCE, OUT_EWISE_FUSABLE
 from tvm_fusion_hw.fusion.policy import WINOGRAD_TILES
 from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.hardware.profile import load_profile
@@ -207,8 +209,9 @@ def test_transform_schedules_compute_the_same(transform_funcs, name):
 def test_transforms_whose_threads_divide_channels_times_tiles_are_scheduled():
     """Batch 2, 128 output channels of 9 tiles each: the block's 128 threads divide channels x
     tiles, and computed at the fused thread loop the first pass's bindings are not quasi-affine
-    (decomposing its reduction there failed, and the output transform fell to dlight's
-    GeneralReduction). The rule takes every transform, and each computes what its PrimFunc does."""
+    (when the passes were reductions, decomposing the first one there failed, and the output
+    transform fell to dlight's GeneralReduction). The rule takes every transform, and each computes
+    what its PrimFunc does."""
     mod, _ = conv_module(n=2, k=128, size=(12, 12), weight_param=True)
     target = hw.target(H200)
     fused = prim_funcs(fused_module(mod, target, hw.fusion_pass(target, winograd="always")))
@@ -219,6 +222,27 @@ def test_transforms_whose_threads_divide_channels_times_tiles_are_scheduled():
             planned = WinogradTransform().schedule_best(func, target)
         assert planned is not None, name
         assert_schedule_preserves_numerics(func, planned[2])
+
+
+def test_the_transforms_are_window_reductions_to_the_policy():
+    """Each transform's TE writes an output's window out as one sum (no reduction loop: it lowers in
+    about half the time); the rewrite gives the fusion pattern and kind that the loop form had.
+    Before: conv2d + bias + ReLU. Expected: the filter and data transforms and the GEMM as kernels
+    of their own, and the bias and ReLU an epilogue of the output transform's window sum (rule
+    "epilogue"; as an element-wise anchor it would be a "reduction-epilogue"; inferred from the TIR,
+    the data transform's pattern would be injective)."""
+    mod, _ = conv_module(weight_param=True)
+    target = hw.target(H200)
+    fuse = hw.fusion_pass(target, winograd="always")
+    assert kernel_names(fused_module(mod, target, fuse)) == [
+        "winograd_filter", "winograd_data", "matmul", "fused_winograd_output_add_relu"]
+    epilogues = [(d.rule, d.producer, d.consumer) for d in fuse.report.decisions if d.fused and d.rule != WINOGRAD]
+    assert epilogues == [("epilogue", "winograd_output", "add"), ("epilogue", "winograd_output+add", "relu")]
+    rewritten = WinogradConv2d(load_profile(H200), mode="always")(mod)
+    patterns = {gv.name_hint: (int(f.attrs["op_pattern"]), [int(e) for e in f.attrs[WINDOW_ATTR]])
+                for gv, f in rewritten.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+    assert patterns == {"winograd_filter": (COMM_REDUCE, [3]), "winograd_data": (OUT_EWISE_FUSABLE, [6]),
+                        "winograd_output": (OUT_EWISE_FUSABLE, [6])}
 
 
 def test_transform_kernels_build_without_spills_for_sm90(transform_funcs):

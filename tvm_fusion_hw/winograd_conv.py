@@ -29,7 +29,7 @@ from tvm import relax
 from tvm.relax import Call, Expr, PyExprMutator, expr_functor
 
 from .errors import FusionHWError
-from .fusion.analysis import tensor_shape
+from .fusion.analysis import WINDOW_ATTR, tensor_shape
 from .fusion.decisions import Decision
 from .fusion.graph import COMM_REDUCE, OUT_EWISE_FUSABLE
 from .fusion.policy import WINOGRAD_MODES
@@ -41,12 +41,17 @@ from .winograd_cost import KernelPlanner, WinogradCost, WinogradCostModel
 
 #: the rule's name in decisions
 WINOGRAD = "winograd"
-#: Each transform's fusion pattern, as a reduction over its window (the filter's, a reduction; the
-#: data's and the output's, out-elementwise-fusable, so the convolution's epilogue fuses into the
-#: output transform). Given, not inferred: the TE computes write each output's window out as one sum,
-#: which TVM's analysis would call injective, and fusion would then merge a data transform into the
-#: output transform before it (a kernel no template schedules).
+#: Each transform's fusion pattern and kind, those of its window sum: a reduction for the filter's,
+#: out-elementwise-fusable for the data's and the output's (so the convolution's epilogue fuses into
+#: the output transform), a window reduction to the policy. Given, not inferred: the TE computes
+#: write each output's window out as one sum (no reduction loop), which TVM's analysis would call
+#: injective, and fusion would then merge a data transform into the output transform before it.
 _OP_PATTERNS = {"filter": COMM_REDUCE, "data": OUT_EWISE_FUSABLE, "output": OUT_EWISE_FUSABLE}
+
+
+def _transform_attrs(kind: str, window: int) -> dict:
+    """The PrimFunc attributes of a transform (``window``: the terms a pass sums over)."""
+    return {"op_pattern": _OP_PATTERNS[kind], WINDOW_ATTR: [window]}
 
 
 def eligible_shape(call: Call, m: int) -> Optional[WinogradShape]:
@@ -123,12 +128,12 @@ class _Rewriter(PyExprMutator):
             filters = relax.const(filter_transform_numpy(weight.value.numpy(), shape.m))
         else:
             filters = bb.emit_te(lambda g: filter_transform(g, shape.m), weight, primfunc_name_hint="winograd_filter",
-                                 primfunc_attrs={"op_pattern": _OP_PATTERNS["filter"]})
+                                 primfunc_attrs=_transform_attrs("filter", 3))
         transformed = bb.emit_te(lambda d: data_transform(d, shape), data, primfunc_name_hint="winograd_data",
-                                 primfunc_attrs={"op_pattern": _OP_PATTERNS["data"]})
+                                 primfunc_attrs=_transform_attrs("data", shape.alpha))
         products = bb.emit(relax.op.matmul(filters, transformed))
         return bb.call_te(lambda p: output_transform(p, shape), products, primfunc_name_hint="winograd_output",
-                          primfunc_attrs={"op_pattern": _OP_PATTERNS["output"]})
+                          primfunc_attrs=_transform_attrs("output", shape.alpha))
 
 
 @tvm.transform.module_pass(opt_level=0, name="WinogradConv2d")

@@ -29,6 +29,10 @@ from .graph import COMM_REDUCE, OUT_EWISE_FUSABLE, PATTERN_NAMES, DataflowGraph,
 ELEMENTWISE = "elementwise"  # no reduction: element-wise, broadcast or injective
 ROW_REDUCE = "reduce"  # reduction not tied to output position (mean, softmax, layer norm)
 WINDOW_REDUCE = "window"  # sliding-window reduction of one input (pooling)
+#: PrimFunc attribute: the extents of the window a kernel reduces over where its TIR writes each
+#: output's window out as one sum instead of a reduction loop (the Winograd transforms); the kernel
+#: is then a window reduction, as its loop form would be classified.
+WINDOW_ATTR = "fusion_hw.window"
 CONV = "conv"  # contraction over channels and a spatial window
 DEPTHWISE_CONV = "depthwise_conv"  # contraction over a spatial window only
 POINTWISE_CONV = "pointwise_conv"  # contraction over channels only (1x1 window)
@@ -201,7 +205,10 @@ def analyze_func(name: str, func: tvm.tirx.PrimFunc, pattern: int, num_outputs: 
     blocks = _blocks(func)
     reductions = [b for b in blocks if any(int(iv.iter_type) == 2 for iv in b.iter_vars)]
     kind, extents = ELEMENTWISE, ()
-    if reductions:
+    window = func.attrs.get(WINDOW_ATTR) if func.attrs is not None else None
+    if window is not None:
+        kind, extents = WINDOW_REDUCE, tuple(int(e) for e in window)
+    elif reductions:
         anchor = max(reductions, key=lambda b: math.prod(int(iv.dom.extent) if isinstance(iv.dom.extent, tvm.tirx.IntImm) else 1 for iv in b.iter_vars))
         kind, extents = _classify_reduction(anchor)
     param_names = {p.name for p in params}
