@@ -71,6 +71,10 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
     def schedule(sch: s_tir.Schedule, problem, tile, *blocks) -> Optional[s_tir.Schedule]:
         """Apply ``tile`` to the matched blocks of ``sch`` (in place: None; or a new schedule)."""
 
+    #: whether the rule's schedules allocate shared memory (False: registers only, nothing for
+    #: :meth:`check` to compare with the plan)
+    stages_in_shared = True
+
     # ---- the steps with defaults -----------------------------------------------------------------
     def get_config(self, target: Target):
         """The search bounds for ``target``: ``Config``'s defaults, with the target's own
@@ -86,7 +90,11 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
     def check(self, sch: s_tir.Schedule, problem, tile, limits: GPULimits):  # pylint: disable=unused-argument
         """``(tile, exact)``: the shared buffers compact to the tile's plan (exact), or still fit a
         block (the tile's ``shared_bytes`` corrected); None: refused. A tile that does not divide
-        the output can compact to far more than planned."""
+        the output can compact to far more than planned. A rule that stages nothing in shared
+        memory (:attr:`stages_in_shared`) is accepted as scheduled, without running the compaction
+        (about 10-30 ms a schedule)."""
+        if not self.stages_in_shared:
+            return tile, True
         allocated = self.shared_bytes_of(sch, limits)
         if allocated <= tile.shared_bytes:
             return tile, True

@@ -95,6 +95,7 @@ class VectorizedElementwise(TiledScheduleRule):
 
     #: the search bounds; the class lives beside the grid model (:mod:`.tiles`)
     Config = ElementwiseConfig
+    stages_in_shared = False  # no shared memory
 
     # ---- the rule: TiledScheduleRule calls these (one plan: no tiles to rank) -------------------
     @staticmethod
@@ -117,10 +118,6 @@ class VectorizedElementwise(TiledScheduleRule):
                 _schedule(sch, part, plan, block)
         else:
             _schedule(sch, problem, tile, *blocks)
-
-    def check(self, sch, problem, tile, limits):
-        """Accepted as scheduled: no shared memory to compare."""
-        return tile, True
 
 
 # ---- matching ----------------------------------------------------------------------------------

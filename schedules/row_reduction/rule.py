@@ -84,6 +84,7 @@ class RowReduction(TiledScheduleRule):
 
     #: the search bounds; the class lives beside the tile model (:mod:`.tiles`)
     Config = RowConfig
+    stages_in_shared = False  # the rows' buffers are registers, checked while scheduling
 
     # ---- the rule: TiledScheduleRule calls these ---------------------------------------------
     @staticmethod
@@ -101,10 +102,6 @@ class RowReduction(TiledScheduleRule):
     def schedule(sch, problem, tile, *blocks):
         """A new schedule of the matched function with ``tile`` (rows kept in ``J * V`` registers)."""
         return _schedule(sch.mod["main"], problem, tile)
-
-    def check(self, sch, problem, tile, limits):
-        """Accepted as scheduled: the rows' buffers are registers, checked while scheduling."""
-        return tile, True
 
 
 # ---- matching ----------------------------------------------------------------------------------

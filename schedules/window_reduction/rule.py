@@ -51,6 +51,7 @@ class WindowReduction(TiledScheduleRule):
 
     #: the search bounds; the class lives beside the problem (:mod:`.tiles`)
     Config = WindowConfig
+    stages_in_shared = False  # no shared memory
 
     # ---- the rule: TiledScheduleRule calls these (one plan: no tiles to rank) -------------------
     @staticmethod
@@ -67,10 +68,6 @@ class WindowReduction(TiledScheduleRule):
     def schedule(sch, problem, tile, *blocks):
         """Apply the plan to the reduction and its epilogue."""
         _schedule(sch, problem, tile, *blocks)
-
-    def check(self, sch, problem, tile, limits):
-        """Accepted as scheduled: no shared memory to compare."""
-        return tile, True
 
 
 # ---- matching ----------------------------------------------------------------------------------

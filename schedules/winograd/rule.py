@@ -86,6 +86,7 @@ class WinogradTransform(TiledScheduleRule):
     None for every other PrimFunc."""
 
     Config = WinogradConfig
+    stages_in_shared = False  # each thread's tile stays in registers
 
     @staticmethod
     def match(sch, config, limits):  # pylint: disable=unused-argument
@@ -98,6 +99,7 @@ class WinogradTransform(TiledScheduleRule):
         threads = min(config.threads, limits.profile.max_threads_per_block)
         scalar = WinogradTile(threads, -(-problem.work // threads))
         return [dataclasses.replace(scalar, vector_stores=True), scalar] if problem.exact else [scalar]
+
 
     @staticmethod
     def schedule(sch, problem, tile, *blocks):
