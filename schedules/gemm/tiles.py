@@ -323,17 +323,15 @@ def _tiles_of(problem, limits, config, thread_rows, thread_cols, micro_rows, mic
             continue
         if width > 1 and problem.depth < _MIN_VECTOR_STEPS * depth_step * split_k:
             continue
-        layouts = []
-        if by_async and width > 1:
-            layouts = [(lanes, warp // lanes) for lanes in config.warp_slow_lanes
-                        if warp % lanes == 0 and slow_threads % lanes == 0 and fast_threads % (warp // lanes) == 0]
         tile = _model(problem, limits, config, thread_rows, thread_cols, micro_rows, micro_cols, depth_step,
                       split_k, prefetch, width, by_async, stages)
         if tile is None:
             continue
-        yield tile  # the default warp layout; the modelled time does not depend on the layout
-        for warp_slow, warp_fast in layouts:
-            yield dataclasses.replace(tile, warp_slow=warp_slow, warp_fast=warp_fast)
+        yield tile  # the default warp layout, then the others: the modelled time does not depend on it
+        if by_async and width > 1:
+            yield from (dataclasses.replace(tile, warp_slow=lanes, warp_fast=warp // lanes)
+                        for lanes in config.warp_slow_lanes
+                        if warp % lanes == 0 and slow_threads % lanes == 0 and fast_threads % (warp // lanes) == 0)
 
 
 def depth_steps(problem: GemmProblem, config) -> List[int]:
