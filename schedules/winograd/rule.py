@@ -100,7 +100,6 @@ class WinogradTransform(TiledScheduleRule):
         scalar = WinogradTile(threads, -(-problem.work // threads))
         return [dataclasses.replace(scalar, vector_stores=True), scalar] if problem.exact else [scalar]
 
-
     @staticmethod
     def schedule(sch, problem, tile, *blocks):
         if problem.transform in (DATA_RULE, FILTER_RULE):
