@@ -92,7 +92,9 @@ def _is_3x3_same(shapes: List[List[int]]) -> bool:
 def rows(results: Sequence[dict], profile: str) -> Dict[str, list]:
     """The calibration's row lists over every (model, batch, variant) of ``results``."""
     from tvm_fusion_hw.hardware.profile import load_profile  # pylint: disable=import-outside-toplevel
-    memory_bound = load_profile(profile).ridge_point_flop_per_byte / 4
+    measured_on = load_profile(profile)  # the GPU of the run
+    memory_bound = measured_on.ridge_point_flop_per_byte / 4
+    bandwidth = measured_on.dram_bytes_per_s  # recorded in each row its bytes bound
     fused, apart, streaming, smallest, gemm_streaming = [], [], [], [], []
     for row in results:
         for variant, prof in (row.get("kernels") or {}).items():
@@ -107,11 +109,11 @@ def rows(results: Sequence[dict], profile: str) -> Dict[str, list]:
                 if _GEMM.match(name) and modelled and knobs.get("winograd") != "off":
                     fused.append((f"{tag} {name}", round(measured, 2), round(modelled, 2)))
                     if flops and flops / nbytes <= memory_bound:
-                        gemm_streaming.append((f"{tag} {name}", nbytes, round(measured, 2), 4.8e12))
+                        gemm_streaming.append((f"{tag} {name}", nbytes, round(measured, 2), bandwidth))
                 elif _DIRECT.match(name) and direct and modelled and knobs.get("winograd") == "off":
                     apart.append((f"{tag} {name}", round(measured, 2), round(modelled, 2)))
                 elif _TRANSFORM.match(name) and row["batch"] > 1:
-                    streaming.append((f"{tag} {name}", nbytes, round(measured, 2), 4.8e12))
+                    streaming.append((f"{tag} {name}", nbytes, round(measured, 2), bandwidth))
                 elif _TRANSFORM.match(name):
                     smallest.append((f"{tag} {name}", round(measured, 2)))
     # one row per distinct kernel of a model (hw and always builds repeat them)

@@ -6,7 +6,6 @@ runtime-only copy is what loads. A CUDA bundle is built (no GPU needed) to check
 """
 
 import hashlib
-import importlib.util
 import json
 import lzma
 import os
@@ -25,6 +24,7 @@ from tvm_fusion_hw import stock_pipeline, target
 from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.bundle.variants import parse_variant, parse_variants, pipeline_knobs
 from tvm_fusion_hw.errors import FusionHWError
+from script_loader import load_script
 
 PYVER = f"{sys.version_info.major}.{sys.version_info.minor}"
 MODELS = ["relu_add_mul", "eltwise5"]  # with and without weights
@@ -274,9 +274,7 @@ def test_cuda_bundle_packaging(tmp_path):
     assert {v["name"] for v in entry["variants"]} == {"stock", "hw", "stock_graph", "hw_graph"}
     assert all(v["stored_bytes"] < 100_000 for v in entry["variants"])
     assert manifest["cubins"]["count"] == len({v["cuda_source_sha256"] for v in entry["variants"]})
-    spec = importlib.util.spec_from_file_location("bundle_runner", tmp_path / "run.py")
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
+    runner = load_script(tmp_path / "run.py", "bundle_runner")
     # Rebuild the stock library's source (codegen is deterministic): the library embeds exactly
     # this text, which the runtime hands to tvm_callback_cuda_compile, and the bundle has its binary.
     _, mod, _, _ = bundle.import_model("relu_add_mul", 1)
@@ -300,9 +298,7 @@ def test_bundled_runner_loads_by_path_from_anywhere(llvm_bundle, tmp_path, monke
     finds its siblings beside itself, not on sys.path."""
     out, _ = llvm_bundle
     monkeypatch.chdir(tmp_path)
-    spec = importlib.util.spec_from_file_location("bundle_runner", out / "run.py")
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
+    runner = load_script(out / "run.py", "bundle_runner")
     assert not any(name.startswith("runner_") for name in sys.modules)
     for name in ("setup_tvm", "make_cuda_compiler", "source_key", "main", "rebuild_weights", "write_markdown"):
         assert callable(getattr(runner, name)), name

@@ -3,7 +3,6 @@ bench/emulated_limits.py (plan, ncu CSV, report). CPU only; the ptxas checks nee
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -20,16 +19,14 @@ from tvm_fusion_hw.hardware.target import profile_of
 from tvm_fusion_hw.hardware.toolchain import nvcc_path
 from tvm_fusion_hw.models import build
 from tvm_fusion_hw.pipeline import fused_module, fusion_pass
+from script_loader import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="ptxas -v needs nvcc")
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("emulated_limits", REPO / "bench" / "emulated_limits.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "bench" / "emulated_limits.py", "emulated_limits")
 
 
 def _build(tmp_path, batch, *variants):

@@ -5,7 +5,6 @@ the runner; the bundle ships it; the runner's inputs are the corpus' own; --torc
 that fail or hang are reported, never raised.
 """
 
-import importlib.util
 import json
 import sys
 import types
@@ -17,14 +16,11 @@ import pytest
 from tvm_fusion_hw.bundle import runtime
 from tvm_fusion_hw.models import corpus
 from tvm_fusion_hw.models.corpus import export, torch_source
+from script_loader import load_script
 
 
 def _runner_timing():
-    path = runtime.runner_files()["runner_timing.py"]
-    spec = importlib.util.spec_from_file_location("runner_timing_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(runtime.runner_files()["runner_timing.py"], "runner_timing_under_test")
 
 
 def _entry(name, batch):

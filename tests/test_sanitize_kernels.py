@@ -16,7 +16,6 @@ Checked:
 - (gpu) the same bundle's kernels run under compute-sanitizer memcheck with no error.
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -37,16 +36,14 @@ from tvm_fusion_hw.bundle import runtime
 from tvm_fusion_hw.bundle.writer import _export
 from tvm_fusion_hw.errors import FusionHWError
 from tvm_fusion_hw.pipeline import fused_module
+from script_loader import BENCH, load_script
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 PYVER = f"{sys.version_info.major}.{sys.version_info.minor}"
 MODEL = "mobilenet_v3_small"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("sanitize_kernels", BENCH / "sanitize_kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(BENCH / "sanitize_kernels.py", "sanitize_kernels")
     return module
 
 
@@ -282,9 +279,7 @@ def test_schedule_form_drops_what_depends_on_the_problem_size():
 
 
 def test_one_per_form_keeps_the_smallest_kernel_of_each_form():
-    spec = importlib.util.spec_from_file_location("run_kernels", BENCH / "sanitize_run_kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(BENCH / "sanitize_run_kernels.py", "run_kernels")
     kernels = {"k0": ("A: t1", 300), "k1": ("A: t1", 100), "k2": ("A: t2", 500), "k3": ("", 50), "k4": ("", 60)}
     manifest = {"libraries": [{"kernels": list(kernels)}],
                 "kernels": {n: {"rule": "A", "form": f, "arg_bytes": b, "sources": []} for n, (f, b) in kernels.items()}}

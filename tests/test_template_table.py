@@ -15,7 +15,6 @@ Checked:
   crashed row, a profile that kept the top rows only.
 """
 
-import importlib.util
 import json
 from collections import Counter
 from pathlib import Path
@@ -29,6 +28,7 @@ from tvm_fusion_hw.bundle.writer import import_model
 from tvm_fusion_hw.bundle.variants import parse_variant, pipeline_knobs
 from tvm_fusion_hw.pipeline import fused_module, kernel_names
 from tvm_fusion_hw.schedule_report import explain_schedules
+from script_loader import load_script
 
 H200 = "nvidia-h200"
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "template_table.py"
@@ -36,10 +36,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "template_table.py"
 
 @pytest.fixture(scope="module")
 def table():
-    spec = importlib.util.spec_from_file_location("template_table", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "template_table")
 
 
 # ---- the variant keeps hw's kernels ---------------------------------------------------------------

@@ -11,10 +11,8 @@ their schedule rule (schedules/winograd). CPU only; checked:
 - the transform schedules compute what their PrimFuncs compute, and build for sm_90 without spills.
 """
 
-import importlib.util
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,6 +33,7 @@ from tvm_fusion_hw.schedules.winograd.transforms import TILE_SIZES, WinogradShap
 from tvm_fusion_hw.winograd_conv import WINOGRAD, WinogradConv2d
 from tvm_fusion_hw.winograd_cost import WinogradCostModel
 from tir_checks import LLVM, assert_schedule_preserves_numerics, prim_funcs, ptxas_kernels
+from script_loader import BENCH, load_script
 
 H200, H100, RTX3060 = "nvidia-h200", "nvidia-h100-sxm", "nvidia-rtx-3060"
 
@@ -327,11 +326,7 @@ def test_a_filter_read_twice_stays_in_main():
 
 
 def _calibration_script():
-    path = Path(__file__).resolve().parent.parent / "bench" / "winograd_calibration.py"
-    spec = importlib.util.spec_from_file_location("winograd_calibration", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH / "winograd_calibration.py", "winograd_calibration")
 
 
 def test_the_calibration_picks_memory_bound_gemms(monkeypatch, tmp_path):
