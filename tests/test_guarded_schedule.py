@@ -15,7 +15,7 @@ from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.frontend import import_onnx
-from tvm_fusion_hw import kernel_check
+from tvm_fusion_hw import kernel_build, kernel_check
 from tvm_fusion_hw.guarded_schedule import (GuardedSchedule, ScheduleLog, TemplateFallbackWarning, dlight_rules,
                                             one_line, schedule_kernel)
 from tvm_fusion_hw.kernel_check import verify_kernels
@@ -320,7 +320,7 @@ def test_kernels_built_together_fall_back_as_if_each_were_built_alone():
 def test_kernels_built_in_parts_fall_back_as_if_each_were_built_alone(monkeypatch, workers):
     """The check builds the kernels in one part per CPU, side by side: with one, two or three
     parts, the one kernel of three that fails is the one handed on."""
-    monkeypatch.setattr(kernel_check, "_build_workers", lambda: workers)
+    monkeypatch.setattr(kernel_build, "build_workers", lambda: workers)
     sched = GuardedSchedule([UnboundWhere('"double"'), VectorizedElementwise()])
     scheduled(sched, {"k_add": add_one, "k_double": double, "k_plus": add_one_renamed})
     assert [(f.kernel, f.rule, f.stage) for f in sched.log.fallbacks] == [("k_double", "UnboundWhere", "build")]
@@ -331,7 +331,7 @@ def test_kernels_built_in_parts_fall_back_as_if_each_were_built_alone(monkeypatc
 def test_the_parts_are_built_under_the_callers_pass_context(monkeypatch):
     """Each part's thread builds under the caller's PassContext options: without the pass that
     splits host from device code, the two kernels fail in both parts; with it, neither."""
-    monkeypatch.setattr(kernel_check, "_build_workers", lambda: 2)
+    monkeypatch.setattr(kernel_build, "build_workers", lambda: 2)
     with H200_TARGET:
         sch = VectorizedElementwise().apply(add_one, H200_TARGET, False)
     kernels = [(name, sch.mod["main"].with_attr("tirx.is_scheduled", True)) for name in ("k1", "k2")]

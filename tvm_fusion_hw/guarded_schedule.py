@@ -44,6 +44,7 @@ from tvm.target import Target
 from .errors import FusionHWError
 from .fusion.memo import ExactIRMemo, target_key
 from .hardware.toolchain import configure_rocm
+from .kernel_build import LoweredStore
 from .kernel_check import lower_alone, verify_kernels
 
 #: How much of a template's kernel is built before it is accepted.
@@ -178,7 +179,8 @@ def _plan_words(rule, func: tirx.PrimFunc) -> str:
 
 def schedule_kernels(kernels: Sequence[Tuple[str, tirx.PrimFunc, Target]], templates: Sequence,
                      fallback_rules: Sequence, verify: str, log: ScheduleLog,
-                     memo: Optional[ExactIRMemo] = None) -> Dict[str, tirx.PrimFunc]:
+                     memo: Optional[ExactIRMemo] = None,
+                     store: Optional[LoweredStore] = None) -> Dict[str, tirx.PrimFunc]:
     """Each of ``kernels`` ((name, PrimFunc, target) triples) scheduled by the first rule that takes
     it without failing: name -> scheduled PrimFunc (a kernel no rule takes is left out).
 
@@ -191,7 +193,8 @@ def schedule_kernels(kernels: Sequence[Tuple[str, tirx.PrimFunc, Target]], templ
     kernel in the order given, as if each kernel had been scheduled alone.
 
     ``memo`` (optional) remembers each kernel's outcome and gives it back for the same name, IR,
-    target, PassContext, rules and ``verify``.
+    target, PassContext, rules and ``verify``; ``store`` (optional) keeps the lowering of every
+    template kernel that was built (:class:`.kernel_build.LoweredStore`).
     """
     states = [_Kernel(name, func, target) for name, func, target in kernels]
     rules_key = (tuple(map(id, templates)), tuple(map(id, fallback_rules)), verify)
@@ -210,7 +213,7 @@ def schedule_kernels(kernels: Sequence[Tuple[str, tirx.PrimFunc, Target]], templ
         for st in batch:
             by_target.setdefault(target_key(st.target), []).append(st)
         for group in by_target.values():
-            failures = verify_kernels([(st.name, st.candidate) for st in group], group[0].target, verify)
+            failures = verify_kernels([(st.name, st.candidate) for st in group], group[0].target, verify, store)
             for st in group:
                 if st.name in failures:
                     stage, error = failures[st.name]
@@ -268,7 +271,9 @@ class GuardedSchedule:
     After the pass has run, :attr:`log` holds the rule of every kernel and every fallback. The
     template kernels of a module are built together (each alone only when that fails), and
     :attr:`memo` remembers every kernel's outcome for the next run of this pass (a pipeline that
-    stages a pair runs it again): see the module docstring.
+    stages a pair runs it again): see the module docstring. :attr:`lowered` keeps the check's
+    lowering of each template kernel, which the pipeline's own build of the module reuses
+    (:class:`.kernel_build.BuildKernels`).
     """
 
     def __init__(self, templates: Sequence, fallback_rules: Optional[Sequence] = None, verify: str = "build"):
@@ -279,6 +284,7 @@ class GuardedSchedule:
         self.verify = verify
         self.log = ScheduleLog()
         self.memo = ExactIRMemo()
+        self.lowered = LoweredStore()
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         self.log = ScheduleLog()
@@ -295,7 +301,8 @@ class GuardedSchedule:
                 configured = True
             kernels.append((gvar, func, target))
         scheduled = schedule_kernels([(gvar.name_hint, func, target) for gvar, func, target in kernels],
-                                     self.templates, self.fallback_rules, self.verify, self.log, self.memo)
+                                     self.templates, self.fallback_rules, self.verify, self.log, self.memo,
+                                     self.lowered)
         for gvar, _, _ in kernels:
             if gvar.name_hint in scheduled:
                 mod[gvar] = scheduled[gvar.name_hint]

@@ -19,10 +19,8 @@ What the check costs (it was most of the plugin's compile time over stock's):
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -31,7 +29,9 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.target import Target
 
+from . import kernel_build
 from .hardware.toolchain import nvcc_path
+from .kernel_build import LoweredStore, codegen, host_target, in_parallel, lower, parts_of
 
 
 def stores_outside_threads(stmt, bound: bool = False) -> bool:
@@ -58,29 +58,32 @@ def stores_outside_threads(stmt, bound: bool = False) -> bool:
 
 
 def verify_host(target: Target) -> Target:
-    """The host target a kernel is checked with: the build's host (llvm unless ``target`` names
-    one) at LLVM optimisation level 0. The host code is what TVM's LLVM code generator makes of
-    the module's host functions (argument checks, the kernel launch), the same as in the module's
+    """The host a kernel's check generates code for: the build's (:func:`.kernel_build.host_target`)
+    at LLVM optimisation level 0. The host code is what TVM's LLVM code generator makes of the
+    module's host functions (argument checks, the kernel launch), the same as in the module's
     build; only LLVM's optimisation passes over it are skipped, and its machine code is not kept."""
-    host = target.host if target.host is not None else Target("llvm" if tvm.runtime.enabled("llvm") else "c")
-    if host.kind.name != "llvm":
+    host = host_target(target)
+    if host.kind.name != "llvm" or target.get_target_device_type() == tvm_ffi.DLDeviceType.kDLCPU:
         return host
     return Target({**dict(host.export()), "opt-level": 0})
 
 
-def build_together(funcs: Dict[str, tirx.PrimFunc], target: Target) -> tvm.runtime.Module:
+def build_together(funcs: Dict[str, tirx.PrimFunc], target: Target,
+                   store: Optional[LoweredStore] = None) -> tvm.runtime.Module:
     """``funcs`` (name -> scheduled PrimFunc) lowered and turned into device code as one module,
     apart from the rest of the model (raises what the module build would, and where a loop nest
     of one of them is bound to no thread). The host side is generated at LLVM's ``-O0``
-    (:func:`verify_host`); a CPU target is built as it is."""
+    (:func:`verify_host`); a CPU target is built as it is. ``store`` keeps the lowering, for the
+    pipeline's own build of the module (:class:`.kernel_build.BuildKernels`)."""
     for name, func in funcs.items():
         if stores_outside_threads(func.body):
             raise RuntimeError("a loop nest is bound to no GPU thread: it would run on the host over device "
                                "memory" + ("" if len(funcs) == 1 else f" ({name})"))
-    mod = tvm.IRModule({name: func.with_attr("global_symbol", name) for name, func in funcs.items()})
-    if target.get_target_device_type() == tvm_ffi.DLDeviceType.kDLCPU:
-        return tvm.tirx.build(mod, target=target)
-    return tvm.tirx.build(mod, target=Target(target, verify_host(target)))
+    lowered = lower(funcs, target)
+    built = codegen([lowered], target, verify_host(target))
+    if store is not None:
+        store.remember(funcs, target, lowered)
+    return built
 
 
 def build_alone(name: str, func: tirx.PrimFunc, target: Target) -> tvm.runtime.Module:
@@ -89,12 +92,13 @@ def build_alone(name: str, func: tirx.PrimFunc, target: Target) -> tvm.runtime.M
     return build_together({name: func}, target)
 
 
-def _check(funcs: Dict[str, tirx.PrimFunc], target: Target, verify: str) -> Optional[Tuple[str, Exception]]:
+def _check(funcs: Dict[str, tirx.PrimFunc], target: Target, verify: str,
+           store: Optional[LoweredStore]) -> Optional[Tuple[str, Exception]]:
     """None when ``funcs`` build together (and, with ``verify="device"``, their CUDA compiles);
     else the stage that failed and its error."""
     stage = "build"
     try:
-        built = build_together(funcs, target)
+        built = build_together(funcs, target, store)
         if verify == "device":
             stage = "device"
             device_compile(built, target)
@@ -103,23 +107,24 @@ def _check(funcs: Dict[str, tirx.PrimFunc], target: Target, verify: str) -> Opti
     return None
 
 
-def verify_kernels(kernels: Sequence[Tuple[str, tirx.PrimFunc]], target: Target,
-                   verify: str = "build") -> Dict[str, Tuple[str, Exception]]:
+def verify_kernels(kernels: Sequence[Tuple[str, tirx.PrimFunc]], target: Target, verify: str = "build",
+                   store: Optional[LoweredStore] = None) -> Dict[str, Tuple[str, Exception]]:
     """The kernels of ``kernels`` ((name, scheduled PrimFunc) pairs, one target) that fail to
     build alone, each with its stage (``"build"`` or ``"device"``) and error.
 
     They are built together in as many parts as there are CPUs to build them on (:func:`in_parallel`);
     only where a part fails is each of its kernels built alone, so that a failure is the one a build
     of that kernel alone raises, and a kernel is accepted when it built in a module that built.
-    Names that repeat are built alone. Nothing is built with ``verify="none"``.
+    Names that repeat are built alone. Nothing is built with ``verify="none"``. ``store`` keeps the
+    lowering of every part that built (:class:`.kernel_build.LoweredStore`).
     """
     if verify == "none" or not kernels:
         return {}
     names = [name for name, _ in kernels]
-    parts = [[k] for k in kernels] if len(set(names)) < len(names) else _parts(list(kernels), _build_workers())
+    parts = [[k] for k in kernels] if len(set(names)) < len(names) else parts_of(list(kernels), kernel_build.build_workers())
 
     def check(part):
-        return _check(dict(part), target, verify)
+        return _check(dict(part), target, verify, store)
 
     failed = dict(zip(map(id, parts), in_parallel(check, parts)))
     singles = [[k] for part in parts if failed[id(part)] is not None and len(part) > 1 for k in part]
@@ -127,35 +132,6 @@ def verify_kernels(kernels: Sequence[Tuple[str, tirx.PrimFunc]], target: Target,
     failures = {part[0][0]: failed[id(part)] for part in parts + singles
                 if len(part) == 1 and failed[id(part)] is not None}
     return {name: failures[name] for name in names if name in failures}
-
-
-def _build_workers() -> int:
-    """CPUs this process may run on (TVM's lowering releases the GIL: builds run side by side)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def _parts(items: list, count: int) -> List[list]:
-    """``items`` dealt into at most ``count`` non-empty parts."""
-    count = max(1, min(count, len(items)))
-    return [items[i::count] for i in range(count)]
-
-
-def in_parallel(fn, items: Sequence) -> list:
-    """``[fn(item) for item in items]`` on up to one thread per CPU, every thread under a copy of the
-    caller's PassContext (its options; not its instruments, which are not made for two threads at
-    once)."""
-    workers = min(len(items), _build_workers())
-    if workers <= 1:
-        return [fn(item) for item in items]
-    ctx = tvm.transform.PassContext.current()
-
-    def run(item):
-        with tvm.transform.PassContext(opt_level=ctx.opt_level, required_pass=list(ctx.required_pass),
-                                       disabled_pass=list(ctx.disabled_pass), config=dict(ctx.config)):
-            return fn(item)
-
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(run, items))
 
 
 def lower_alone(name: str, func: tirx.PrimFunc, target: Target) -> None:

@@ -27,6 +27,7 @@ from .guarded_schedule import GuardedSchedule, dlight_rules
 from .hardware.profile import HardwareProfile
 from .hardware.target import check_target_profile
 from .hardware.toolchain import configure_rocm
+from .kernel_build import BuildKernels
 from .safe_power import SafePower
 from .schedules import default_rules, template_planners
 from .schedules.gemm.rule import ASYNC_COPY_CONFIG, supports_async_copy
@@ -130,6 +131,7 @@ def get_pipeline(
     fuse_pass: Optional[HardwareAwareFuseOps] = None,
     schedules: Union[bool, Sequence] = True,
     verify: str = "build",
+    build_kernels: bool = True,
     **knobs,
 ) -> tvm.transform.Pass:
     """TVM's default pipeline for ``target`` with hardware-aware fusion in place of FuseOps.
@@ -159,6 +161,13 @@ def get_pipeline(
         a complex pair whose fused kernel its template cannot schedule (or no rule of ``schedules``
         takes) is fused again apart
         (staged). The returned pipeline's ``schedule_pass.log`` lists every such fallback.
+    build_kernels : bool
+        On GPU targets with the templates, the pipeline's last pass builds the module's kernels
+        itself (:class:`~tvm_fusion_hw.kernel_build.BuildKernels`: each template kernel keeps the
+        lowering its check made, the rest are lowered on every CPU) and links them to the module as
+        an external library, so the module it returns holds no PrimFunc. False leaves them to
+        ``tvm.compile`` (for reading the scheduled kernels from the module; and for
+        ``tvm.compile(..., system_lib=True)``, which this pass cannot see).
     **knobs
         Keywords of :class:`tvm_fusion_hw.PolicyConfig`, passed to the fusion pass.
     """
@@ -172,6 +181,7 @@ def get_pipeline(
 
     guarded = schedules is not False and target.kind.name in ("cuda", "rocm")
     schedule = schedule_pass(None if schedules is True else list(schedules), verify) if guarded else None
+    builder = BuildKernels(target, schedule.lowered) if guarded and build_kernels else None
 
     def run(mod: tvm.IRModule, fuse: HardwareAwareFuseOps) -> tvm.IRModule:
         rewrites = rewrite_passes(fuse)
@@ -198,10 +208,11 @@ def get_pipeline(
                 **config.__dict__, "refused_pairs": tuple(config.refused_pairs) + tuple(refused)})
             built = run(mod, retry)
             fuse_pass.config, fuse_pass.report = retry.config, retry.report
-        return built
+        return builder(built) if builder is not None else built
 
     _pipeline.fuse_pass = fuse_pass  # so that callers read fuse_pass.report after tvm.compile
     _pipeline.schedule_pass = schedule  # its log: the rule of every kernel, every fallback
+    _pipeline.build_pass = builder  # the kernels whose check lowering it kept
     return _pipeline
 
 
