@@ -58,13 +58,26 @@ def kernel_plan(func: Optional[tirx.PrimFunc], target: Target,
                 rules: Optional[Sequence] = None) -> Optional[KernelPlan]:
     """The plan of the first of ``rules`` (default: the package's) that takes ``func`` alone, as
     ``get_pipeline`` would schedule it; None when no tiled rule takes it (dlight would)."""
+    return _first_plan(func, target, rules, "plan")
+
+
+def kernel_estimate(func: Optional[tirx.PrimFunc], target: Target,
+                    rules: Optional[Sequence] = None) -> Optional[KernelPlan]:
+    """:func:`kernel_plan` from the rules' tile ranking alone (each rule's ``estimate``: its best
+    ranked tile, neither scheduled nor checked), for kernels a cost model compares and that are
+    not built as they are; a rule without ``estimate`` plans."""
+    return _first_plan(func, target, rules, "estimate")
+
+
+def _first_plan(func, target: Target, rules: Optional[Sequence], method: str) -> Optional[KernelPlan]:
     if not isinstance(func, tirx.PrimFunc):
         return None
     for rule in default_rules() if rules is None else rules:
-        if not callable(getattr(rule, "plan", None)):
+        ask = getattr(rule, method, None) or getattr(rule, "plan", None)
+        if not callable(ask):
             continue
         try:
-            planned = rule.plan(func, target)
+            planned = ask(func, target)
         except Exception:  # pylint: disable=broad-except
             # A rule that fails to plan a part leaves it to the next rule (or to the policy's
             # estimate); the pipeline would move on to the next rule as well.
@@ -77,4 +90,5 @@ def kernel_plan(func: Optional[tirx.PrimFunc], target: Target,
 def template_planners() -> TemplatePlanners:
     """What this package's templates tell the fusion policy (a new, immutable object each call)."""
     return TemplatePlanners(pairs=PAIR_TEMPLATES, fused_by_default=FUSED_PAIR_TEMPLATES,
-                            kernel_plan=kernel_plan, chains=CHAIN_TEMPLATES, prologues=PROLOGUE_TEMPLATES)
+                            kernel_plan=kernel_plan, chains=CHAIN_TEMPLATES, prologues=PROLOGUE_TEMPLATES,
+                            kernel_estimate=kernel_estimate)

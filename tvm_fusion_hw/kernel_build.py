@@ -54,9 +54,12 @@ class Lowered:
     devices: Dict[str, Dict[str, tirx.PrimFunc]]  # str(target) -> name -> function
     targets: Dict[str, Target]  # str(target) -> target
 
-    def per_kernel(self, names: Sequence[str]) -> Dict[str, "Lowered"]:
+    def per_kernel(self, names: Sequence[str]) -> Optional[Dict[str, "Lowered"]]:
         """This lowering cut into one per kernel of ``names``: a kernel's host function has its name,
-        its device functions are those its host function launches (by name)."""
+        its device functions are those its host function launches (by name). None where a function
+        belongs to no kernel of ``names``."""
+        if set(self.host) != set(names):
+            return None
         owner = {}
         for name in names:
             strings: list = []
@@ -66,6 +69,8 @@ class Lowered:
         cut = {name: Lowered({name: self.host[name]}, {}, self.targets) for name in names}
         for key, funcs in self.devices.items():
             for fname, func in funcs.items():
+                if fname not in owner:
+                    return None
                 cut[owner[fname]].devices.setdefault(key, {})[fname] = func
         return cut
 
@@ -119,11 +124,14 @@ class LoweredStore:
         return name, target_key(bound), context_key(), tvm_ffi.structural_hash(func)
 
     def remember(self, funcs: Dict[str, tirx.PrimFunc], target: Target, lowered: Lowered) -> None:
-        for name, part in lowered.per_kernel(list(funcs)).items():
+        """Keep ``lowered``, the lowering of ``funcs`` (name -> PrimFunc) for ``target``, kernel by
+        kernel (nothing where it cannot be cut into kernels: they are lowered again)."""
+        for name, part in (lowered.per_kernel(list(funcs)) or {}).items():
             func = _with_symbol(name, funcs[name])
             self._lowered.setdefault(self._key(name, func, target), []).append((func, part))
 
     def take(self, name: str, func: tirx.PrimFunc, target: Target) -> Optional[Lowered]:
+        """The kept lowering of kernel ``name`` when it was ``func`` for ``target``; else None."""
         func = _with_symbol(name, func)
         for kept, part in self._lowered.get(self._key(name, func, target), ()):
             if tvm_ffi.structural_equal(kept, func):

@@ -81,7 +81,7 @@ def winograd_pass(fuse_pass: tvm.transform.Pass) -> Optional[WinogradConv2d]:
         return None
     planners = getattr(fuse_pass, "planners", None)
     return WinogradConv2d(profile, tile=config.winograd_tile, mode=config.winograd,
-                          kernel_plan=planners.kernel_plan if planners is not None else None)
+                          kernel_plan=planners.kernel_estimate if planners is not None else None)
 
 
 def rewrite_passes(fuse_pass: tvm.transform.Pass) -> List[tvm.transform.Pass]:

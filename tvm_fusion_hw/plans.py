@@ -131,6 +131,10 @@ class TemplatePlanners:
         The pairs of ``pairs`` the policy fuses unless its ``pair_templates`` knob names others.
     kernel_plan : Callable
         ``(func, target) -> KernelPlan | None``: how the templates would run one PrimFunc alone.
+    kernel_estimate : Callable, optional
+        The same question answered from the templates' tile ranking alone, without scheduling the
+        PrimFunc (for a cost model's kernels that are not built as they are); ``kernel_plan`` where
+        omitted.
     chains : Mapping[str, Callable]
         ``"first kind->middle kind->last kind"`` -> a planner ``plan(first, middle, last, target)
         -> plan | None`` of three complex ops run as one kernel (attention: ``matmul->reduce->matmul``);
@@ -147,8 +151,11 @@ class TemplatePlanners:
     kernel_plan: Callable[[tirx.PrimFunc, Target], Optional[KernelPlan]] = _no_kernel_plan
     chains: Mapping[str, Callable] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     prologues: Mapping[str, Callable] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    kernel_estimate: Optional[Callable[[tirx.PrimFunc, Target], Optional[KernelPlan]]] = None
 
     def __post_init__(self):
+        if self.kernel_estimate is None:
+            object.__setattr__(self, "kernel_estimate", self.kernel_plan)
         object.__setattr__(self, "pairs", MappingProxyType(dict(self.pairs)))
         object.__setattr__(self, "chains", MappingProxyType(dict(self.chains)))
         object.__setattr__(self, "prologues", MappingProxyType(dict(self.prologues)))

@@ -128,6 +128,19 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
         planned = self.schedule_best(func, target)
         return None if planned is None else planned[:2]
 
+    def estimate(self, func: tirx.PrimFunc, target: Target):
+        """The problem and the tile :meth:`plan` tries first, from the ranking alone: neither
+        scheduled nor checked (a cost model's figure for a kernel that is not built as it is).
+        ``None`` when ``func`` is not this rule's pattern or no tile fits."""
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        config, limits = self.get_config(target), gpu_limits(target)
+        matched = self.match(s_tir.Schedule(self.prepare(func)), config, limits)
+        if matched is None:
+            return None
+        first = next(iter(self.rank(matched[0], limits, config)), None)
+        return None if first is None else (matched[0], first)
+
     def schedule_tile(self, func: tirx.PrimFunc, target: Target, tile) -> Optional[s_tir.Schedule]:
         """``func`` scheduled with a given ``tile`` (one of ``rank``'s, or made by hand), finished
         but not checked; None when ``func`` is not this rule's pattern or the tile fails."""
