@@ -28,10 +28,10 @@ from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.hardware.profile import load_profile
 from tvm_fusion_hw.pipeline import fused_module, kernel_names
 from tvm_fusion_hw.schedules.winograd.rule import WinogradTransform
-from tvm_fusion_hw.schedules.planners import kernel_plan
+from tvm_fusion_hw.schedules.planners import kernel_estimate, kernel_plan
 from tvm_fusion_hw.schedules.winograd.transforms import TILE_SIZES, WinogradShape, matrices
 from tvm_fusion_hw.winograd_conv import WINOGRAD, WinogradConv2d
-from tvm_fusion_hw.winograd_cost import WinogradCostModel
+from tvm_fusion_hw.winograd_cost import WinogradCostModel, direct_func, gemm_func
 from tir_checks import LLVM, assert_schedule_preserves_numerics, prim_funcs, ptxas_kernels
 from script_loader import BENCH, load_script
 
@@ -155,6 +155,19 @@ def test_a_conv_without_a_tile_model_is_costed_at_the_peak():
     assert planned.figures()["tile_model"] and not bare.figures()["tile_model"]
     assert "no tile model" in bare.describe() and "no tile model" not in planned.describe()
     assert bare.direct.modelled_s == pytest.approx(shape.direct_flops() / profile.peak_fp32_flop_per_s)
+
+
+@pytest.mark.parametrize("shape", [WinogradShape(1, 64, 64, 56, 56, (1, 1, 1, 1), 4),
+                                   WinogradShape(32, 128, 128, 28, 28, (1, 1, 1, 1), 2),
+                                   WinogradShape(8, 256, 512, 14, 14, (1, 1, 1, 1), 4)])
+def test_the_cost_models_estimates_are_the_plans_of_scheduled_kernels(shape):
+    """The cost model plans its kernels from the templates' tile ranking alone (a kernel it costs
+    is never built as it is); those plans are the ones scheduling and checking the kernel makes."""
+    target = hw.target(H200)
+    for func in (direct_func(shape), gemm_func(shape)):
+        planned = kernel_plan(func, target)
+        assert planned is not None and planned.time_s > 0
+        assert kernel_estimate(func, target) == planned
 
 
 def test_a_filter_transformed_per_call_is_charged():
