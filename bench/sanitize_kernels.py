@@ -19,7 +19,7 @@ A form whose batch-32 kernel racecheck cannot finish runs as its batch-1 instanc
 again by its form on its layer) to the same layer at batch 1: the same code a block, a 32 times
 smaller grid.
 
-Per model and batch, ``hw.get_pipeline(target)`` runs on the lifted module under
+Per model and batch, ``hw.get_pipeline(target, build_kernels=False)`` runs on the lifted module under
 ``hw.pass_context(target)`` as ``tvm.compile`` runs it (pair retries included); the kernels whose
 rule in ``pipeline.schedule_pass.log.rules`` is one of the schedule pass's templates are kept,
 deduplicated by ``tvm_ffi.structural_hash`` (names and ``global_symbol`` ignored, equality checked),
@@ -140,7 +140,7 @@ def template_kernels(model: str, batch: int, target: tvm.target.Target, only: Op
     mod = lifted_corpus_module(model, batch)
     opt_in = [r for r in opt_in_rules() if only and type(r).__name__ in only]
     rules = {"schedules": default_rules() + opt_in} if opt_in else {}
-    pipeline = hw.get_pipeline(target, **rules, **(knobs or {}))
+    pipeline = hw.get_pipeline(target, build_kernels=False, **rules, **(knobs or {}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TemplateFallbackWarning)
         with hw.pass_context(target), target:

@@ -132,6 +132,7 @@ def get_pipeline(
     schedules: Union[bool, Sequence] = True,
     verify: str = "build",
     build_kernels: bool = True,
+    before_build: Sequence[tvm.transform.Pass] = (),
     **knobs,
 ) -> tvm.transform.Pass:
     """TVM's default pipeline for ``target`` with hardware-aware fusion in place of FuseOps.
@@ -168,6 +169,9 @@ def get_pipeline(
         an external library, so the module it returns holds no PrimFunc. False leaves them to
         ``tvm.compile`` (for reading the scheduled kernels from the module; and for
         ``tvm.compile(..., system_lib=True)``, which this pass cannot see).
+    before_build : sequence of tvm.transform.Pass
+        Passes run on the finished module before its kernels are built: they see the scheduled
+        PrimFuncs (a register cap per kernel, :mod:`tvm_fusion_hw.bundle.emulation`).
     **knobs
         Keywords of :class:`tvm_fusion_hw.PolicyConfig`, passed to the fusion pass.
     """
@@ -208,6 +212,7 @@ def get_pipeline(
                 **config.__dict__, "refused_pairs": tuple(config.refused_pairs) + tuple(refused)})
             built = run(mod, retry)
             fuse_pass.config, fuse_pass.report = retry.config, retry.report
+        built = tvm.transform.Sequential(list(before_build))(built) if before_build else built
         return builder(built) if builder is not None else built
 
     _pipeline.fuse_pass = fuse_pass  # so that callers read fuse_pass.report after tvm.compile

@@ -10,7 +10,7 @@ built for the bundle's GPU (the H200) with P's per-block and per-SM limits:
   ``max_threads_per_block`` and ``registers_per_block``, and its tag names the limits profile, so
   the schedule templates size tiles, occupancy and ``__launch_bounds__(threads, blocks)`` against
   P's limits. Where P's limits equal the bundle GPU's, the bundle profile itself is used.
-* a register cap per kernel (:class:`RegisterCap`, after the pipeline): P's register file over
+* a register cap per kernel (:class:`RegisterCap`, on the scheduled kernels before they are built): P's register file over
   the kernel's block times the blocks per SM its launch bounds plan, rounded down to P's
   allocation unit, at most P's registers per thread (and ``max_registers``). Where that is below
   what ptxas would allow the kernel on the bundle's GPU from its launch bounds, the kernel gets
@@ -189,27 +189,13 @@ class RegisterCap:
         return mod
 
 
-def emulation_pipeline(pipeline: tvm.transform.Pass, knobs: Dict[str, object], profile: str,
-                       limits: Optional[HardwareProfile]) -> tvm.transform.Pass:
-    """``pipeline`` with a :class:`RegisterCap` after it where ``knobs`` set ``limits`` or
-    ``max_registers`` (``profile``: the bundle's GPU); ``pipeline`` itself otherwise."""
+def register_cap(knobs: Dict[str, object], profile: str, limits: Optional[HardwareProfile]) -> Optional[RegisterCap]:
+    """The :class:`RegisterCap` a variant's ``knobs`` ask for (``profile``: the bundle's GPU), to run
+    on the scheduled kernels before they are built (``get_pipeline(before_build=...)``); None where
+    they set neither ``limits`` nor ``max_registers``."""
     if limits is None and not knobs.get("max_registers"):
-        return pipeline
-    return capped_pipeline(pipeline, RegisterCap(load_profile(profile), limits,
-                                                 int(knobs.get("max_registers") or 0)))
-
-
-def capped_pipeline(pipeline: tvm.transform.Pass, cap: RegisterCap) -> tvm.transform.Pass:
-    """``pipeline`` then ``cap``, keeping the ``fuse_pass`` and ``schedule_pass`` attributes."""
-
-    @tvm.transform.module_pass(opt_level=0, name="EmulatedLimitsPipeline")
-    def _run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return cap(pipeline(mod))
-
-    _run.fuse_pass = getattr(pipeline, "fuse_pass", None)
-    _run.schedule_pass = getattr(pipeline, "schedule_pass", None)
-    _run.register_cap = cap
-    return _run
+        return None
+    return RegisterCap(load_profile(profile), limits, int(knobs.get("max_registers") or 0))
 
 
 # ---- what was built -----------------------------------------------------------------------
@@ -266,14 +252,14 @@ def feasibility(executable, tgt: tvm.target.Target, limits: HardwareProfile) -> 
 
 
 def emulation_facts(executable, tgt: tvm.target.Target, knobs: Dict[str, object], pipeline,
-                    limits: Optional[HardwareProfile], cuda_source: Optional[str]) -> Dict[str, object]:
+                    limits: Optional[HardwareProfile], cuda_source: Optional[str],
+                    cap: Optional[RegisterCap] = None) -> Dict[str, object]:
     """What a variant's manifest entry records of its emulation: the knobs, the build target, the
     register caps set, the pairs the pipeline had to stage (the plan as decided could not be
     scheduled under these limits), each kernel's bounds in the source, and :func:`feasibility`."""
     fuse = getattr(pipeline, "fuse_pass", None)
     refused = [f"{'+'.join(r.producer_ops)} -> {'+'.join(r.consumer_ops)}: {r.reason}"
                for r in (fuse.config.refused_pairs if fuse is not None else ())]
-    cap = getattr(pipeline, "register_cap", None)
     log = getattr(getattr(pipeline, "schedule_pass", None), "log", None)
     facts = {"knobs": dict(knobs), "target": str(tgt), "limits_profile": str(tgt.tag or ""),
              "fusion_profile": fuse.profile.name if fuse is not None else None,

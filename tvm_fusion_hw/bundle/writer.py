@@ -58,7 +58,7 @@ from tvm_fusion_hw.models import build, check_name
 from tvm_fusion_hw.pipeline import fusion_pass, get_pipeline, pass_context, stock_pipeline
 
 from .cubins import precompile_cuda
-from .emulation import emulated_build, emulation_facts, emulation_pipeline, main_launches
+from .emulation import emulated_build, emulation_facts, main_launches, register_cap
 from .runtime import REPO, copy_builders, copy_runner, copy_tvm_runtime, fetch_tvm_ffi_wheels
 from .variants import VariantSpec, emulation_knobs, parse_variants, pipeline_knobs
 
@@ -130,12 +130,13 @@ def _make_target(kind: str, profile: str):
     raise FusionHWError(f"bundle target must be one of cuda, llvm; got {kind!r}")
 
 
-def _pipeline(name: str, tgt, profile: str, knobs: Optional[Dict[str, object]] = None):
-    """``stock``: TVM's default pipeline; ``hw``: the same with HardwareAwareFuseOps (and ``knobs``)."""
+def _pipeline(name: str, tgt, profile: str, knobs: Optional[Dict[str, object]] = None, before_build=()):
+    """``stock``: TVM's default pipeline; ``hw``: the same with HardwareAwareFuseOps (and ``knobs``,
+    and ``before_build`` passes on its scheduled kernels)."""
     if name == "stock":
         return stock_pipeline(tgt)
     if name == "hw":
-        return get_pipeline(tgt, profile=profile, **(knobs or {}))
+        return get_pipeline(tgt, profile=profile, before_build=before_build, **(knobs or {}))
     raise FusionHWError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
 
 
@@ -225,7 +226,7 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
         start = time.time()
         knobs = pipeline_knobs(spec) if spec else None
         # fusion_profile / limits / max_registers (bundle.emulation): the variant's own target and
-        # fusion profile, and a register cap after the pipeline
+        # fusion profile, and a register cap on its scheduled kernels
         emu = emulation_knobs(spec) if spec else {}
         vtgt, vprofile, limits = emulated_build(emu, tgt, profile) if emu else (tgt, profile, None)
         # the plugin's builds take its PassContext options (cp.async on sm_80+), as a user's would;
@@ -233,8 +234,8 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
         try:
             with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": use_graph}), \
                     (pass_context(vtgt) if pipe == "hw" else contextlib.nullcontext()):
-                relax_pipeline = _pipeline(pipe, vtgt, vprofile, knobs)
-                relax_pipeline = emulation_pipeline(relax_pipeline, emu, profile, limits) if emu else relax_pipeline
+                cap = register_cap(emu, profile, limits) if emu else None
+                relax_pipeline = _pipeline(pipe, vtgt, vprofile, knobs, [cap] if cap is not None else [])
                 ex = tvm.compile(mod, target=vtgt, relax_pipeline=relax_pipeline)
         except Exception as err:  # pylint: disable=broad-except
             # Stock TVM fails on some models (dlight's Matmul on SE at batch 32): the entry keeps
@@ -258,7 +259,7 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
         code = _cuda_source(ex) if sources is not None else None
         variant["launches"] = main_launches(ex, code)  # kernel order of one main run (ncu CSVs)
         if emu:
-            variant["emulation"] = emulation_facts(ex, vtgt, emu, relax_pipeline, limits, code)
+            variant["emulation"] = emulation_facts(ex, vtgt, emu, relax_pipeline, limits, code, cap)
         if code is not None:
             variant["cuda_source_sha256"] = hashlib.sha256(code.encode()).hexdigest()
             sources[variant["cuda_source_sha256"]] = code
