@@ -65,6 +65,16 @@ def _bindings(func: relax.Function):
     return values, readers, outputs
 
 
+def _take_to_fold(func: relax.Function) -> bool:
+    """Whether ``func`` has a take whose index is not yet a constant and whose result only matmul
+    operands read (through layout ops): a slice once its index is folded."""
+    if not isinstance(func.body, relax.SeqExpr):
+        return False
+    values, readers, _ = _bindings(func)
+    return any(_op_name(value) == "relax.take" and not isinstance(value.args[1], tvm.ir.expr.Constant)
+               and _reaches_matmul(var, values, readers) is None for var, value in values.items())
+
+
 def _reaches_matmul(var: relax.Var, values, readers, depth: int = 0) -> Optional[str]:
     """None when every reader of ``var`` is a matmul, or a layout op (or an element-wise op with a
     constant) whose readers are in turn; else the first other reader, for the decision's reason."""
@@ -179,10 +189,10 @@ class SplitsIntoSlices:
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         self.decisions = []
         original = mod
-        if any(_op_name(v) == "relax.take" and not isinstance(v.args[1], tvm.ir.expr.Constant)
-               for f in mod.functions.values() if isinstance(f, relax.Function) for v in _bindings(f)[0].values()):
+        if any(_take_to_fold(f) for f in mod.functions.values() if isinstance(f, relax.Function)):
             # an ONNX Gather's index arrives as arithmetic on the input's static shape: fold it to
-            # the constant it is before deciding
+            # the constant it is before deciding (FoldConstant builds each op it folds: about 1 s on
+            # BERT's embeddings, which no matmul reads, so only where a take could become a slice)
             mod = relax.transform.FoldConstant()(relax.transform.CanonicalizeBindings()(mod))
         plans = {gvar: self._plan(func) for gvar, func in mod.functions_items()
                  if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr)}
