@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax import Call, Expr, PyExprMutator, expr_functor
@@ -36,6 +37,11 @@ SPLIT_SLICES = "split-slices"
 LAYOUT_OPS = ("relax.reshape", "relax.permute_dims", "relax.squeeze", "relax.expand_dims", "relax.strided_slice")
 #: element-wise ops that stay injective with a constant operand (a scale, a shift)
 CONSTANT_OPS = ("relax.multiply", "relax.divide", "relax.add", "relax.subtract")
+#: the arithmetic an importer computes an index with from a static shape, evaluated here
+_INDEX_ARITHMETIC = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
+                     "relax.less": np.less, "relax.greater": np.greater, "relax.equal": np.equal}
+#: the most elements a value of that arithmetic may have (indices and shapes, not tensors)
+_INDEX_ELEMENTS = 16
 
 
 def _op_name(expr: Expr) -> str:
@@ -73,6 +79,88 @@ def _take_to_fold(func: relax.Function) -> bool:
     values, readers, _ = _bindings(func)
     return any(_op_name(value) == "relax.take" and not isinstance(value.args[1], tvm.ir.expr.Constant)
                and _reaches_matmul(var, values, readers) is None for var, value in values.items())
+
+
+def _index_values(func: relax.Function) -> Dict[relax.Var, np.ndarray]:
+    """The bound values of ``func`` that are a few integers computed from static shapes and
+    constants (``shape_of``, ``shape_to_tensor``, ``take``, ``where`` and :data:`_INDEX_ARITHMETIC`),
+    evaluated; what the ONNX importer computes a Gather's index with."""
+    values, _, _ = _bindings(func)
+    known: Dict[relax.Var, np.ndarray] = {}
+    for var, value in values.items():  # in binding order
+        result = _evaluate(value, known)
+        if result is not None:
+            known[var] = result
+    return known
+
+
+def _evaluate(expr: Expr, known: Dict[relax.Var, np.ndarray]) -> Optional[np.ndarray]:
+    """``expr``'s value where it is index arithmetic (:func:`_index_values`) on ``known``; else None."""
+    if isinstance(expr, relax.Var):
+        return known.get(expr)
+    if isinstance(expr, tvm.ir.expr.Constant):
+        array = expr.value.numpy()
+        return array if array.size <= _INDEX_ELEMENTS else None
+    if isinstance(expr, relax.ShapeExpr):
+        dims = list(expr.values)
+        return np.array([int(v) for v in dims], "int64") if all(isinstance(v, tvm.tirx.IntImm) for v in dims) else None
+    name = _op_name(expr)
+    if name == "relax.shape_of":
+        shape = tensor_shape(expr.args[0].ty)
+        return None if shape is None else np.array(shape, "int64")
+    if not name:
+        return None
+    args = [_evaluate(a, known) for a in expr.args]
+    if any(a is None for a in args):
+        return None
+    result = None
+    if name == "relax.shape_to_tensor":
+        result = args[0]
+    elif name == "relax.take" and expr.attrs.axis is not None and args[0].ndim and args[1].dtype.kind in "iu":
+        extent = args[0].shape[int(expr.attrs.axis)]
+        if np.all((args[1] >= 0) & (args[1] < extent)):
+            result = np.take(args[0], args[1], axis=int(expr.attrs.axis))
+    elif name == "relax.where":
+        result = np.where(*args)
+    elif name in _INDEX_ARITHMETIC:
+        result = _INDEX_ARITHMETIC[name](*args)
+    if result is None:
+        return None
+    result = np.asarray(result)
+    dtype = getattr(getattr(expr, "ty", None), "dtype", None)
+    if dtype is not None and str(dtype) not in ("", "void"):
+        result = result.astype(str(dtype))
+    return result if result.size <= _INDEX_ELEMENTS else None
+
+
+@expr_functor.mutator
+class _ConstantIndices(PyExprMutator):
+    """Each take whose index is one of ``known`` given that index as a constant."""
+
+    def __init__(self, mod: tvm.IRModule, known: Dict[relax.Var, np.ndarray]):
+        super().__init__(mod)
+        self.known = known
+
+    def visit_call_(self, call: Call) -> Expr:
+        index = call.args[1] if _op_name(call) == "relax.take" else None
+        if index is None or index not in self.known:
+            return super().visit_call_(call)
+        return relax.op.take(self.visit_expr(call.args[0]), relax.const(self.known[index]),
+                             axis=call.attrs.axis, mode=call.attrs.mode)
+
+
+def _with_constant_indices(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with each take's computed index (:func:`_index_values`) a constant, and the
+    arithmetic that computed it gone."""
+    found = {gvar: _index_values(f) for gvar, f in mod.functions_items()
+             if isinstance(f, relax.Function) and isinstance(f.body, relax.SeqExpr)}
+    if not any(found.values()):
+        return mod
+    rewriter = _ConstantIndices(mod, {var: v for known in found.values() for var, v in known.items()})
+    for gvar, known in found.items():
+        if known:  # the arithmetic is dead once its takes read the constant, as FoldConstant leaves it
+            rewriter.builder_.update_func(gvar, relax.analysis.remove_all_unused(rewriter.visit_expr(mod[gvar])))
+    return rewriter.builder_.get()
 
 
 def _reaches_matmul(var: relax.Var, values, readers, depth: int = 0) -> Optional[str]:
@@ -191,9 +279,12 @@ class SplitsIntoSlices:
         original = mod
         if any(_take_to_fold(f) for f in mod.functions.values() if isinstance(f, relax.Function)):
             # an ONNX Gather's index arrives as arithmetic on the input's static shape: fold it to
-            # the constant it is before deciding (FoldConstant builds each op it folds: about 1 s on
-            # BERT's embeddings, which no matmul reads, so only where a take could become a slice)
-            mod = relax.transform.FoldConstant()(relax.transform.CanonicalizeBindings()(mod))
+            # the constant it is before deciding, here where the arithmetic is a few integers, else by
+            # FoldConstant (which builds each op it folds: 0.7 s for DeiT-T's one index), and only
+            # where a take could become a slice
+            mod = _with_constant_indices(mod)
+            if any(_take_to_fold(f) for f in mod.functions.values() if isinstance(f, relax.Function)):
+                mod = relax.transform.FoldConstant()(relax.transform.CanonicalizeBindings()(mod))
         plans = {gvar: self._plan(func) for gvar, func in mod.functions_items()
                  if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr)}
         slices = {var: plan for found in plans.values() for var, plan in found.items()}
