@@ -10,10 +10,10 @@ each is reported, in wall-clock seconds and in this process's CPU seconds (on a 
 CPU time is the steadier figure), and hw/stock as the ratio of the medians.
 
 Every compile is timed cold: a new pipeline each time (the plugin's per-pipeline memos of
-template plans and kernel verifications start empty), and the conv+pool tile model's
-process-wide caches (its rankings, which the rule reuses after the policy planned with them, and
-its bank simulations) are cleared before each (``clear_caches``), so that no compile reuses an
-earlier one's work. ``--warmup`` compiles each pipeline that many times first, untimed.
+template plans and kernel verifications start empty), and the tile models' process-wide caches
+(the conv+pool and depthwise rankings, which the rules reuse after the policy planned with them,
+the bank simulations) are cleared before each (``schedules.clear_caches``), so that no compile
+reuses an earlier one's work. ``--warmup`` compiles each pipeline that many times first, untimed.
 
     python bench/compile_times.py --models corpus:mobilenet_v2 corpus:bert --batches 1 --repeat 3 \\
         --out bench/results/<dir>/compile_times.md
@@ -31,7 +31,7 @@ import tvm
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.bundle.writer import DEFAULT_MODELS, import_model
-from tvm_fusion_hw.schedules.conv_pool.tiles import clear_caches
+from tvm_fusion_hw.schedules import clear_caches
 
 PIPELINES = ("stock", "hw")
 

@@ -7,6 +7,7 @@ convolution (see that module for the schedule and the measurements the model was
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import List, Optional, Tuple
 
@@ -280,13 +281,30 @@ def rank_tiles(
     per thread (estimated) let ``config.min_occupancy`` of an SM's threads stay resident; the
     shared tile fits a block's static shared memory. Ties go to ``VH`` nearest
     ``config.preferred_outputs_per_thread``, then to fewer threads.
+
+    The ranking is remembered for the same problem, limits and config values (the fusion policy
+    estimates a depthwise conv with it, then the rule schedules the conv's kernel with it);
+    :func:`clear_caches` forgets it.
     """
+    return list(_ranked(problem, limits, type(config), dataclasses.astuple(config)))
+
+
+@functools.lru_cache(maxsize=64)
+def _ranked(problem: DepthwiseProblem, limits: GPULimits, config_type: type,
+            config_fields: tuple) -> Tuple[DepthwiseTile, ...]:
+    """The ranking, kept by value (a ``DepthwiseConfig`` is mutable, so its fields are the key)."""
+    return tuple(_rank(problem, limits, config_type(*config_fields)))
+
+
+def _rank(problem: DepthwiseProblem, limits: GPULimits, config: DepthwiseConfig) -> List[DepthwiseTile]:
+    """:func:`rank_tiles`, computed."""
     max_threads = min(config.max_threads, limits.profile.max_threads_per_block)
     reg_budget = min(
         limits.profile.max_registers_per_thread,
         limits.profile.registers_per_multiprocessor
         / (limits.profile.max_threads_per_multiprocessor * config.min_occupancy),
     )
+    warp = limits.profile.warp_size
     ranked = []
     for cols in _col_candidates(problem.width, config):
         for vh in range(1, min(config.max_outputs_per_thread, problem.height) + 1):
@@ -296,7 +314,9 @@ def rank_tiles(
                 if ty * cols > max_threads:
                     break
                 tc_max = min(config.max_channels_per_block, problem.channels)
-                for tc in range(1, min(tc_max, max_threads // (ty * cols)) + 1):
+                # only channel counts that make the block a whole number of warps (as _evaluate requires)
+                tc_step = warp // math.gcd(warp, ty * cols)
+                for tc in range(tc_step, min(tc_max, max_threads // (ty * cols)) + 1, tc_step):
                     tile = _evaluate(problem, limits, config, tc, ty, vh, cols)
                     if tile is not None:
                         key = (
@@ -307,3 +327,9 @@ def rank_tiles(
                         ranked.append((key, tile))
     ranked.sort(key=lambda item: item[0], reverse=True)
     return [tile for _, tile in ranked]
+
+
+def clear_caches() -> None:
+    """Forget the remembered rankings, so that the next one pays its whole cost
+    (``bench/compile_times.py`` times cold compiles)."""
+    _ranked.cache_clear()

@@ -14,6 +14,7 @@ kernels have the same staging passes); see :func:`evaluate_tile`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from typing import List, Optional, Tuple
@@ -219,8 +220,9 @@ def tile_registers(mp: int, mf: int, vector: int) -> int:
     return mp * mf + mp + mf + (vector - 1) + _REGISTER_BASE
 
 
-def _divisors(value: int, limit: int) -> List[int]:
-    return [d for d in range(1, min(value, limit) + 1) if value % d == 0]
+@functools.lru_cache(maxsize=4096)
+def _divisors(value: int, limit: int) -> Tuple[int, ...]:
+    return tuple(d for d in range(1, min(value, limit) + 1) if value % d == 0)
 
 
 def _col_candidates(width: int, limit: int) -> List[int]:
@@ -391,8 +393,12 @@ def rank_tiles(problem: DwPwProblem, limits: GPULimits, config: DwPwConfig) -> L
 
     first = []
     for shape in _shapes(problem, limits, config):
-        tile = next((t for t in (evaluate_tile(problem, limits, config, shape, c)
-                                 for c in reversed(chunks)) if t is not None), None)
+        # the chunks evaluate_tile would refuse at once (its channel split or shared memory), skipped
+        rows, cols, _, _, mf, tf = shape
+        fitting = (c for c in reversed(chunks) if c % tf == 0 and shared_bytes(problem, rows, cols, c, mf * tf)
+                   <= limits.shared_memory_bytes_per_block)
+        tile = next((t for t in (evaluate_tile(problem, limits, config, shape, c) for c in fitting)
+                     if t is not None), None)
         if tile is not None:
             first.append((key(tile), shape))
     first.sort()
@@ -404,3 +410,8 @@ def rank_tiles(problem: DwPwProblem, limits: GPULimits, config: DwPwConfig) -> L
                 ranked.append((key(tile), tile))
     ranked.sort(key=lambda item: item[0])
     return [tile for _, tile in ranked]
+
+
+def clear_caches() -> None:
+    """Forget the remembered divisors (``bench/compile_times.py`` times cold compiles)."""
+    _divisors.cache_clear()

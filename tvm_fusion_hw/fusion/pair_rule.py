@@ -220,15 +220,18 @@ class ComplexPairRule:
                              lambda: ask_pair_template(entry, first.func, second.func, target))
 
     def part_plan(self, group: GroupView) -> Optional[KernelPlan]:
-        """The plan of the package's template that would schedule a pair's part's anchor alone."""
+        """The plan of the package's template that would schedule a pair's part's anchor alone, from
+        its tile ranking (``planners.kernel_estimate``): the part's anchor is a figure to compare
+        with, not a kernel that is built, and scheduling it only to check its tile cost a depthwise
+        conv 50-100 ms."""
         anchor = group.anchor()
         if anchor is None:
             return None
-        target, kernel_plan = self.gpu_target(), self.planners.kernel_plan
+        target, estimate = self.gpu_target(), self.planners.kernel_estimate
         if not isinstance(anchor.func, tirx.PrimFunc):
-            return kernel_plan(anchor.func, target)
-        return self.memo.get(("kernel", kernel_plan, target_key(target)), (anchor.func,),
-                             lambda: kernel_plan(anchor.func, target))
+            return estimate(anchor.func, target)
+        return self.memo.get(("kernel", estimate, target_key(target)), (anchor.func,),
+                             lambda: estimate(anchor.func, target))
 
     def _part_occupancy(self, group: GroupView, plan: Optional[KernelPlan]) -> Tuple[Occupancy, str]:
         """A pair's part left as its own kernel: its template's ``plan``, else the policy's
