@@ -37,6 +37,7 @@ from tvm.target import Target
 
 from .limits import GPULimits, gpu_limits
 from .probe import allocated_shared_bytes
+from .unchecked import without_schedule_checks
 
 #: What one tile's failed scheduling raises: the next tile is tried.
 TILE_ERRORS = (RuntimeError, ValueError)  # ScheduleError (a RuntimeError), a pass's failed check
@@ -128,6 +129,7 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
         planned = self.schedule_best(func, target)
         return None if planned is None else planned[:2]
 
+    @without_schedule_checks
     def estimate(self, func: tirx.PrimFunc, target: Target):
         """The problem and the tile :meth:`plan` tries first, from the ranking alone: neither
         scheduled nor checked (a cost model's figure for a kernel that is not built as it is).
@@ -141,6 +143,7 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
         first = next(iter(self.rank(matched[0], limits, config)), None)
         return None if first is None else (matched[0], first)
 
+    @without_schedule_checks
     def schedule_tile(self, func: tirx.PrimFunc, target: Target, tile) -> Optional[s_tir.Schedule]:
         """``func`` scheduled with a given ``tile`` (one of ``rank``'s, or made by hand), finished
         but not checked; None when ``func`` is not this rule's pattern or the tile fails."""
@@ -168,6 +171,7 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
             return None
         return None if verdict is None else (sch, *verdict)
 
+    @without_schedule_checks
     def schedule_best(self, func: tirx.PrimFunc, target: Target):
         """(problem, tile, schedule) for ``func``, or None when it is not this rule's pattern."""
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
