@@ -179,3 +179,32 @@ def test_slice_prologue_schedules_compute_the_same(which):
     with target:
         _, tile, sch = ImplicitGemm().schedule_best(func, target)
     assert_schedule_preserves_numerics(func, sch, reassociates=tile.split_k > 1, blocks_reversed=True)
+
+
+def test_readers_are_post_order_visits_reads_without_the_struct_info_walk():
+    """The pass's readers of each variable (``_bindings``) are the variables ``post_order_visit``
+    finds in each binding, on a model whose lifted parameters are one tuple (each ``params[i]``
+    carries the whole tuple's struct info, which the pass no longer walks)."""
+    from tvm_fusion_hw import split_slices  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.bundle.writer import import_model  # pylint: disable=import-outside-toplevel
+
+    mod = import_model("mobilenet_v2", 1)[1]
+    checked = 0
+    for _, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        _, readers, _ = split_slices._bindings(func)  # pylint: disable=protected-access
+        expected = {}
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                relax.analysis.post_order_visit(binding.value, lambda e, r=binding.var: isinstance(
+                    e, relax.Var) and expected.setdefault(e, []).append(r))
+        relax.analysis.post_order_visit(func.body.body, lambda e: isinstance(e, relax.Var) and expected.setdefault(
+            e, []).append(None))
+        assert readers.keys() == expected.keys()
+        for var, found in expected.items():
+            assert len(readers[var]) == len(found)
+            assert all((r is None and f is None) or (r is not None and f is not None and r.same_as(f))
+                       for r, f in zip(readers[var], found))
+        checked += len(expected)
+    assert "main_transform_params" in [gv.name_hint for gv in mod.get_global_vars()] and checked > 200

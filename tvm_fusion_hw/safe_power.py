@@ -18,7 +18,7 @@ A constant non-integer exponent keeps ``power``: its negative bases are NaN in I
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 import tvm
@@ -98,7 +98,30 @@ class SafePower:
 
 
 def _calls_power(func: relax.Function) -> bool:
-    found = []
     power = tvm.ir.Op.get("relax.power")
-    relax.analysis.post_order_visit(func, lambda e: isinstance(e, Call) and e.op.same_as(power) and found.append(e))
-    return bool(found)
+    return any(call.op.same_as(power) for call in _calls(func))
+
+
+def _calls(expr: Expr) -> Iterator[Call]:
+    """The calls in ``expr``, without walking the struct info of its variables (as
+    ``post_order_visit`` does: a lifted module's parameter tuple has hundreds of shapes, walked
+    again at every ``params[i]``)."""
+    if isinstance(expr, Call):
+        yield expr
+        for part in (expr.op, *expr.args):
+            yield from _calls(part)
+    elif isinstance(expr, relax.Tuple):
+        for field in expr.fields:
+            yield from _calls(field)
+    elif isinstance(expr, relax.TupleGetItem):
+        yield from _calls(expr.tuple_value)
+    elif isinstance(expr, relax.SeqExpr):
+        for block in expr.blocks:
+            for binding in block.bindings:
+                yield from _calls(binding.value)
+        yield from _calls(expr.body)
+    elif isinstance(expr, relax.If):
+        for part in (expr.cond, expr.true_branch, expr.false_branch):
+            yield from _calls(part)
+    elif isinstance(expr, relax.Function):
+        yield from _calls(expr.body)
