@@ -91,6 +91,18 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
         last two terms), at worst 1.32x. Counting the last partial wave by the blocks it holds
         brought the corpus' 20 heaviest GEMMs from 1.11x to 1.04x (worst 1.61x to 1.15x;
         ``bench/results/2026-12-03-h200-corpus-8``, ``bench/gemm_model_check.py``).
+    long_step_depth : int
+        K steps (BK) at least this deep are issued :attr:`long_step_slowdown` slower than the
+        count of their instructions says.
+    long_step_slowdown : float
+        Measured over modelled time grows with BK: about 0.8-0.9 at BK 8, 1.3-1.5 at BK 16 and
+        1.5-2.5 at BK 32 on the ViT and GPT-2 MLP GEMMs (H100,
+        ``bench/results/2026-12-06-h100-build-kernels``), though unrolled SASS is as much FFMA at
+        BK 32 as at BK 16 (see ``unroll_async_depth``); the cause is not identified. A slowdown of
+        BK 32 alone, fitted over the tile sweeps of ``bench/results`` (73 GEMMs, H200 and H100,
+        ``bench/gemm_model_check.py``), brings the model's pick from 1.071x to 1.062x the fastest tile
+        measured in geometric mean, and on the four H100 MLP GEMMs from 1.155x to 1.035x; a slowdown
+        that grows with BK from 8 (log2) made the H200's large GEMMs pick BK 8 and lost (1.07x to 1.10x).
     fixed_registers : int
         Registers a thread needs besides its accumulators and operand fragments (addresses,
         loop counters, the staged loads): ptxas figures for this schedule.
@@ -160,6 +172,8 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
     step_latency_s: float = 0.3e-6
     load_latency_s: float = 0.01e-6
     prefetch_overhead_s: float = 0.3e-6
+    long_step_depth: int = 32
+    long_step_slowdown: float = 0.3
     fixed_registers: int = 40
     launch_s: float = 3e-6
     max_attempts: int = 6
@@ -409,6 +423,8 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     sms = limits.profile.multiprocessor_count
     sm_rate = limits.warp_instructions_per_s / sms
     step_compute = warp_instr_per_block / steps / sm_rate
+    if depth_step >= config.long_step_depth:
+        step_compute *= 1 + config.long_step_slowdown
     # Prefetching overlaps a block's own loads with its compute: max instead of sum.
     latency = config.step_latency_s + config.load_latency_s * math.ceil(
         (block_rows + block_cols) * depth_step / threads)
