@@ -6,12 +6,13 @@ the fastest tile measured, and its register estimates against ptxas.
 ``<sweep>/cubin/<key>.bin.xz``; their ELF ``.nv.info`` holds the registers ptxas gave each kernel
 (``EIATTR_REGCOUNT``), so no recompile is needed. ``tile_sweep.py run`` on the GPU adds each
 schedule's time (``sweep_results.json``). Per case this prints the fastest tile, the model's pick
-among the measured tiles (lowest modelled time, remodelled with today's ``GemmConfig``) and its
-time against the fastest, and over all cases the geometric mean of that ratio; ``--registers``
+among the measured tiles (lowest modelled time, remodelled with today's ``GemmConfig`` on the
+profile the sweep was built for) and its time against the fastest, and over all cases the geometric mean of that ratio; ``--registers``
 adds each tile's estimated and ptxas registers::
 
-    python bench/gemm_model_check.py --sweep .bundle_sweep --results results/sweep_results.json
+    python bench/gemm_model_check.py --results results/sweep_results.json
     python bench/gemm_model_check.py --sweep .bundle_sweep --registers       # before the GPU run
+    python bench/gemm_model_check.py --results $(find bench/results -name sweep_results.json)
 """
 
 from __future__ import annotations
@@ -64,60 +65,77 @@ def ptxas_registers(sweep: Path, key: Optional[str]) -> Optional[int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _h200_model():
-    """``(limits, config)`` the rule ranks with on the H200 under ``hw.pass_context`` (cp.async on)."""
+def _model(profile: str):
+    """``(limits, config)`` the rule ranks with on ``profile`` under ``hw.pass_context`` (cp.async
+    on where the target has it)."""
     # pylint: disable=import-outside-toplevel
     import tvm_fusion_hw as hw
     from tvm_fusion_hw.schedules.base.limits import gpu_limits
     from tvm_fusion_hw.schedules.gemm.rule import ImplicitGemm
 
-    target = hw.target("nvidia-h200")
+    target = hw.target(profile)
     with hw.pass_context(target):
         return gpu_limits(target), ImplicitGemm().get_config(target)
 
 
-def remodelled_s(problem: dict, tile: dict) -> Optional[float]:
-    """The tile's time under today's cost model (None where it no longer fits)."""
+def remodelled_s(problem: dict, tile: dict, profile: str = "nvidia-h200") -> Optional[float]:
+    """The tile's time under today's cost model on ``profile`` (None where it no longer fits)."""
     # pylint: disable=import-outside-toplevel,protected-access
     from tvm_fusion_hw.schedules.gemm import tiles
 
-    limits, config = _h200_model()
+    limits, config = _model(profile)
     fields = {**problem, "fetch_spatial_inner": tuple(problem["fetch_spatial_inner"]),
-              "fetch_vector_inner": tuple(problem.get("fetch_vector_inner", (False, False)))}
+              "fetch_vector_inner": tuple(problem.get("fetch_vector_inner", (False, False))),
+              "prologue_instructions": tuple(problem.get("prologue_instructions", (0, 0)))}
+    stages = tile.get("async_stages", 0)
     model = tiles._model(tiles.GemmProblem(**fields), limits, config, tile["thread_rows"],
                          tile["thread_cols"], tile["micro_rows"], tile["micro_cols"], tile["depth_step"],
-                         tile["split_k"], tile["prefetch"], tile["vector_width"], tile["async_stages"] > 1,
-                         tile["async_stages"] or None)
+                         tile["split_k"], tile.get("prefetch", False), tile.get("vector_width", 1), stages > 1,
+                         stages or None)
     return None if model is None else model.time_s
+
+
+def pick_against_fastest(case: dict, profile: str):
+    """``(fastest variant, the model's pick)`` among the case's timed tiles, each as ``(us, modelled
+    s, variant)``; None with fewer than two tiles the model still takes."""
+    timed = [(v["us"], remodelled_s(case["problem"], v["tile"], profile), v)
+             for v in case["variants"] if v.get("tile") and v.get("us")]
+    timed = [row for row in timed if row[1] is not None]
+    if len(timed) < 2:
+        return None
+    return min(timed, key=lambda row: row[0]), min(timed, key=lambda row: row[1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sweep", required=True, type=Path, help="the tile_sweep build folder")
-    ap.add_argument("--results", type=Path, help="tile_sweep run's sweep_results.json")
+    ap.add_argument("--sweep", type=Path, help="the tile_sweep build folder (its sweep.json, its cubins)")
+    ap.add_argument("--results", type=Path, nargs="+", help="tile_sweep run's sweep_results.json, one or more")
     ap.add_argument("--registers", action="store_true", help="each tile's estimated and ptxas registers")
     args = ap.parse_args()
-    cases = json.loads(((args.results or args.sweep / "sweep.json")).read_text())["cases"]
+    if not args.results and not args.sweep:
+        ap.error("give --results or --sweep")
     ratios = []
-    for case in cases:
-        tiles = [v for v in case["variants"] if v.get("tile")]
-        print(case["case"])
-        if args.registers:
-            for v in tiles:
-                t = v["tile"]
-                print(f"  {v['name']:8s} {t['thread_rows']}x{t['thread_cols']} threads, {t['micro_rows']}x"
-                      f"{t['micro_cols']} w{t['vector_width']}, stages {t['async_stages']}, prefetch "
-                      f"{int(t['prefetch'])}: estimated {t['registers_estimate']}, ptxas "
-                      f"{ptxas_registers(args.sweep, v.get('cubin_key'))}")
-        timed = [(v["us"], remodelled_s(case["problem"], v["tile"]), v) for v in tiles if v.get("us")]
-        timed = [row for row in timed if row[1] is not None]
-        if len(timed) < 2:
+    for path in args.results or [args.sweep / "sweep.json"]:
+        found = json.loads(path.read_text())
+        profile = found.get("profile") or "nvidia-h200"  # the early sweeps ran on the H200 alone
+        if found.get("rule", "ImplicitGemm") != "ImplicitGemm":  # another template's sweep
             continue
-        best = min(timed, key=lambda row: row[0])
-        pick = min(timed, key=lambda row: row[1])
-        ratios.append(pick[0] / best[0])
-        print(f"  fastest {best[2]['name']} {best[0]:.1f} us; model's pick {pick[2]['name']} {pick[0]:.1f} us "
-              f"({pick[0] / best[0]:.2f}x)")
+        for case in found["cases"]:
+            print(f"{case['case']} ({profile})")
+            if args.registers and args.sweep:
+                for v in (v for v in case["variants"] if v.get("tile")):
+                    t = v["tile"]
+                    print(f"  {v['name']:8s} {t['thread_rows']}x{t['thread_cols']} threads, {t['micro_rows']}x"
+                          f"{t['micro_cols']} w{t.get('vector_width', 1)}, stages {t.get('async_stages', 0)}, "
+                          f"prefetch {int(t.get('prefetch', False))}: estimated {t['registers_estimate']}, ptxas "
+                          f"{ptxas_registers(args.sweep, v.get('cubin_key'))}")
+            compared = pick_against_fastest(case, profile)
+            if compared is None:
+                continue
+            best, pick = compared
+            ratios.append(pick[0] / best[0])
+            print(f"  fastest {best[2]['name']} {best[0]:.1f} us; model's pick {pick[2]['name']} {pick[0]:.1f} us "
+                  f"({pick[0] / best[0]:.2f}x)")
     if ratios:
         mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
         print(f"model's pick / fastest: geomean {mean:.3f}, worst {max(ratios):.2f} over {len(ratios)} cases")
