@@ -13,11 +13,13 @@ adds each tile's estimated and ptxas registers::
     python bench/gemm_model_check.py --results results/sweep_results.json
     python bench/gemm_model_check.py --sweep .bundle_sweep --registers       # before the GPU run
     python bench/gemm_model_check.py --results $(find bench/results -name sweep_results.json)
+    python bench/gemm_model_check.py --results $(find bench/results -name sweep_results.json) --set long_step_slowdown=0.3
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import lzma
@@ -78,12 +80,15 @@ def _model(profile: str):
         return gpu_limits(target), ImplicitGemm().get_config(target)
 
 
-def remodelled_s(problem: dict, tile: dict, profile: str = "nvidia-h200") -> Optional[float]:
-    """The tile's time under today's cost model on ``profile`` (None where it no longer fits)."""
+def remodelled_s(problem: dict, tile: dict, profile: str = "nvidia-h200",
+                 changes: Optional[dict] = None) -> Optional[float]:
+    """The tile's time under today's cost model on ``profile``, with ``changes`` to its ``GemmConfig``
+    fields (None where it no longer fits)."""
     # pylint: disable=import-outside-toplevel,protected-access
     from tvm_fusion_hw.schedules.gemm import tiles
 
     limits, config = _model(profile)
+    config = dataclasses.replace(config, **(changes or {}))
     fields = {**problem, "fetch_spatial_inner": tuple(problem["fetch_spatial_inner"]),
               "fetch_vector_inner": tuple(problem.get("fetch_vector_inner", (False, False))),
               "prologue_instructions": tuple(problem.get("prologue_instructions", (0, 0)))}
@@ -95,10 +100,11 @@ def remodelled_s(problem: dict, tile: dict, profile: str = "nvidia-h200") -> Opt
     return None if model is None else model.time_s
 
 
-def pick_against_fastest(case: dict, profile: str):
+def pick_against_fastest(case: dict, profile: str, changes: Optional[dict] = None):
     """``(fastest variant, the model's pick)`` among the case's timed tiles, each as ``(us, modelled
-    s, variant)``; None with fewer than two tiles the model still takes."""
-    timed = [(v["us"], remodelled_s(case["problem"], v["tile"], profile), v)
+    s, variant)``, the model with ``changes`` to its config; None with fewer than two tiles the
+    model still takes."""
+    timed = [(v["us"], remodelled_s(case["problem"], v["tile"], profile, changes), v)
              for v in case["variants"] if v.get("tile") and v.get("us")]
     timed = [row for row in timed if row[1] is not None]
     if len(timed) < 2:
@@ -111,7 +117,22 @@ def main() -> None:
     ap.add_argument("--sweep", type=Path, help="the tile_sweep build folder (its sweep.json, its cubins)")
     ap.add_argument("--results", type=Path, nargs="+", help="tile_sweep run's sweep_results.json, one or more")
     ap.add_argument("--registers", action="store_true", help="each tile's estimated and ptxas registers")
+    ap.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                    help="GemmConfig fields changed for the remodelling (e.g. long_step_slowdown=0.3)")
     args = ap.parse_args()
+    changes = {}
+    for item in args.set:
+        field, _, value = item.partition("=")
+        try:
+            changes[field] = float(value) if "." in value else int(value)
+        except ValueError:
+            ap.error(f"--set {item}: a number is expected after '='")
+    if changes:
+        from tvm_fusion_hw.schedules.gemm.tiles import GemmConfig  # pylint: disable=import-outside-toplevel
+        known = {f.name for f in dataclasses.fields(GemmConfig)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            ap.error(f"--set: {', '.join(unknown)} is not a GemmConfig field")
     if not args.results and not args.sweep:
         ap.error("give --results or --sweep")
     ratios = []
@@ -129,7 +150,7 @@ def main() -> None:
                           f"{t['micro_cols']} w{t.get('vector_width', 1)}, stages {t.get('async_stages', 0)}, "
                           f"prefetch {int(t.get('prefetch', False))}: estimated {t['registers_estimate']}, ptxas "
                           f"{ptxas_registers(args.sweep, v.get('cubin_key'))}")
-            compared = pick_against_fastest(case, profile)
+            compared = pick_against_fastest(case, profile, changes)
             if compared is None:
                 continue
             best, pick = compared

@@ -561,16 +561,21 @@ def test_resnet50_on_gpu_matches_stock():
 MLP_SWEEP = BENCH / "results" / "2026-12-06-h100-build-kernels" / "res" / "sweep" / "sweep_results.json"
 
 
-def test_the_model_picks_near_the_fastest_measured_tile_of_the_mlp_gemms():
+def test_the_long_step_slowdown_picks_near_the_fastest_measured_tile_of_the_mlp_gemms():
     """Among the tiles timed on the GPU for each MLP GEMM, the one the tile model ranks first (on the
-    sweep's profile) runs within 1.15x of the fastest, 1.05x in geometric mean: measured times, not
-    the model's. Without the long-step slowdown the model picked BK 32 tiles 1.14-1.25x the fastest
-    (geomean 1.155x)."""
+    sweep's profile) runs within 1.15x of the fastest, 1.05x in geometric mean, with the K-step
+    slowdown at 0.3 (``GemmConfig.long_step_slowdown``, off by default until timed end to end);
+    without it the model picks BK 32 tiles 1.14-1.25x the fastest: measured times, not the model's."""
     check = load_script(BENCH / "gemm_model_check.py", "gemm_model_check")
     found = json.loads(MLP_SWEEP.read_text())
-    ratios = []
-    for case in found["cases"]:
-        best, pick = check.pick_against_fastest(case, found["profile"])
-        ratios.append(pick[0] / best[0])
-    assert len(ratios) == 4 and max(ratios) <= 1.15
-    assert math.exp(sum(map(math.log, ratios)) / len(ratios)) <= 1.05
+
+    def ratios(changes):
+        picked = [check.pick_against_fastest(case, found["profile"], changes) for case in found["cases"]]
+        return [pick[0] / best[0] for best, pick in picked]
+
+    def geomean(values):
+        return math.exp(sum(map(math.log, values)) / len(values))
+
+    with_slowdown, without = ratios({"long_step_slowdown": 0.3}), ratios({"long_step_slowdown": 0.0})
+    assert len(with_slowdown) == 4 and max(with_slowdown) <= 1.15 and geomean(with_slowdown) <= 1.05
+    assert max(without) >= 1.2 and geomean(without) >= 1.1
