@@ -128,7 +128,7 @@ def main() -> None:
         except ValueError:
             ap.error(f"--set {item}: a number is expected after '='")
     if changes:
-        from tvm_fusion_hw.schedules.gemm.tiles import GemmConfig  # pylint: disable=import-outside-toplevel
+        from tvm_fusion_hw.schedules.gemm.config import GemmConfig  # pylint: disable=import-outside-toplevel
         known = {f.name for f in dataclasses.fields(GemmConfig)}
         unknown = sorted(set(changes) - known)
         if unknown:

@@ -44,6 +44,7 @@ from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.base.probe import allocated_shared_bytes
 from tvm_fusion_hw.hardware.occupancy import occupancy
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
+from tvm_fusion_hw.schedules.base.ranking_cache import RememberedRanking
 from tvm_fusion_hw.schedules.conv_pool.rule import ConvPool, pair_plan, supports_pair
 from tvm_fusion_hw.schedules.conv_pool import tiles as conv_pool_tiles, shared_banks
 from tvm_fusion_hw.schedules.conv_pool.pool_padding import unpad_pool
@@ -364,7 +365,8 @@ def test_rankings_are_kept_until_the_caches_are_cleared(monkeypatch):
     problem = ConvPoolProblem(1, 16, 16, (15, 15), (3, 3), (1, 1), (1, 1), (2, 2), "max", 4, 0, 1)
     computed = []
     rank = conv_pool_tiles._rank
-    monkeypatch.setattr(conv_pool_tiles, "_rank", lambda *args: computed.append(1) or rank(*args))
+    monkeypatch.setattr(conv_pool_tiles, "_RANKED", RememberedRanking(
+        lambda *args: computed.append(1) or rank(*args), maxsize=16))
     conv_pool_tiles.clear_caches()
     first = rank_tiles(problem, limits, config)
     kept = list(first)
@@ -376,7 +378,7 @@ def test_rankings_are_kept_until_the_caches_are_cleared(monkeypatch):
     # every cache of the tile model and of its bank simulation (conv_pool_tiles imports some of the
     # latter's by name: counted once)
     caches = {id(f): f for module in (conv_pool_tiles, shared_banks) for f in vars(module).values()
-              if hasattr(f, "cache_info")}
+              if hasattr(f, "cache_info") and not isinstance(f, type)}
     assert len(caches) >= 7 and all(f.cache_info().currsize == 0 for f in caches.values())
     assert rank_tiles(problem, limits, config) == kept and len(computed) == 3
 

@@ -47,6 +47,7 @@ from tvm_fusion_hw.schedules.base.probe import allocated_shared_bytes
 from tvm_fusion_hw.hardware.occupancy import occupancy
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
 from tvm_fusion_hw.schedules.gemm import tiles as gemm_tiles
+from tvm_fusion_hw.schedules.gemm.config import GemmConfig
 from tvm_fusion_hw.schedules.gemm.rule import ASYNC_COPY_CONFIG, ImplicitGemm, async_copy_enabled
 from script_loader import BENCH, load_script
 from tir_checks import (WITHOUT_ATTENTION, assert_schedule_preserves_numerics, cuda_source, fused_funcs, kernel_body,
@@ -452,7 +453,7 @@ NEW_FORM_DEFAULTS = {"async_stages": (2, 3, 4), "unroll_async_depth": True, "dyn
 def new_forms(monkeypatch):
     """ImplicitGemm with the new forms switched on."""
     monkeypatch.setattr(ImplicitGemm, "Config",
-                        functools.partial(gemm_tiles.GemmConfig, **NEW_FORM_DEFAULTS))
+                        functools.partial(GemmConfig, **NEW_FORM_DEFAULTS))
 
 
 def test_new_forms_are_opt_in():

@@ -16,6 +16,7 @@ import math
 from typing import List, NamedTuple, Optional, Tuple
 
 from tvm_fusion_hw.schedules.base.limits import GPULimits, tile_occupancy
+from tvm_fusion_hw.schedules.base.ranking_cache import RememberedRanking
 
 from . import shared_banks
 from .config import ConvPoolConfig
@@ -375,14 +376,7 @@ def rank_tiles(
     plans a pair with it, then the rule schedules the fused kernel with it, in one compile);
     :func:`clear_caches` forgets it.
     """
-    return list(_ranked(problem, limits, type(config), dataclasses.astuple(config)))
-
-
-@functools.lru_cache(maxsize=16)
-def _ranked(problem: ConvPoolProblem, limits: GPULimits, config_type: type,
-            config_fields: tuple) -> Tuple[ConvPoolTile, ...]:
-    """The ranking, kept by value (a ``ConvPoolConfig`` is mutable, so its fields are the key)."""
-    return tuple(_rank(problem, limits, config_type(*config_fields)))
+    return _RANKED(problem, limits, config)
 
 
 def _rank(  # pylint: disable=too-many-locals
@@ -439,10 +433,13 @@ def _rank(  # pylint: disable=too-many-locals
     return [tile for _, tile in ranked]
 
 
+_RANKED = RememberedRanking(_rank, maxsize=16)
+
+
 def clear_caches() -> None:
     """Forget the remembered rankings and the helpers' results (divisors, occupancies, and the bank
     simulations of :mod:`.shared_banks`), so that the next ranking pays its whole cost:
     ``bench/compile_times.py`` times cold compiles."""
-    for cached in (_ranked, _divisors, _splits, tile_occupancy):
+    for cached in (_RANKED, _divisors, _splits, tile_occupancy):
         cached.cache_clear()
     shared_banks.clear_caches()

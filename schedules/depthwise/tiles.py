@@ -7,11 +7,11 @@ convolution (see that module for the schedule and the measurements the model was
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import List, Optional, Tuple
 
 from tvm_fusion_hw.schedules.base.limits import GPULimits, tile_occupancy
+from tvm_fusion_hw.schedules.base.ranking_cache import RememberedRanking
 
 
 @dataclasses.dataclass
@@ -286,14 +286,7 @@ def rank_tiles(
     estimates a depthwise conv with it, then the rule schedules the conv's kernel with it);
     :func:`clear_caches` forgets it.
     """
-    return list(_ranked(problem, limits, type(config), dataclasses.astuple(config)))
-
-
-@functools.lru_cache(maxsize=64)
-def _ranked(problem: DepthwiseProblem, limits: GPULimits, config_type: type,
-            config_fields: tuple) -> Tuple[DepthwiseTile, ...]:
-    """The ranking, kept by value (a ``DepthwiseConfig`` is mutable, so its fields are the key)."""
-    return tuple(_rank(problem, limits, config_type(*config_fields)))
+    return _RANKED(problem, limits, config)
 
 
 def _rank(problem: DepthwiseProblem, limits: GPULimits, config: DepthwiseConfig) -> List[DepthwiseTile]:
@@ -329,7 +322,10 @@ def _rank(problem: DepthwiseProblem, limits: GPULimits, config: DepthwiseConfig)
     return [tile for _, tile in ranked]
 
 
+_RANKED = RememberedRanking(_rank, maxsize=64)
+
+
 def clear_caches() -> None:
     """Forget the remembered rankings, so that the next one pays its whole cost
     (``bench/compile_times.py`` times cold compiles)."""
-    _ranked.cache_clear()
+    _RANKED.cache_clear()

@@ -1,4 +1,5 @@
-"""Matmuls and non-depthwise convolutions as an implicit GEMM with their epilogue (rule, tile model)."""
+"""Matmuls and non-depthwise convolutions as an implicit GEMM with their epilogue (rule, tile model, search
+bounds and fitted constants)."""
 
 from .rule import ASYNC_COPY_CONFIG, ImplicitGemm, async_copy_enabled, supports_async_copy
 

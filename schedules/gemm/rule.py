@@ -64,7 +64,8 @@ from tvm_fusion_hw.schedules.base.tir_match import const_int
 
 from .groups import split_groups
 from .normalize import gemm_index_maps
-from .tiles import K_MAJOR_PAD, GemmConfig, GemmProblem, GemmTile, rank_tiles
+from .config import GemmConfig
+from .tiles import K_MAJOR_PAD, GemmProblem, GemmTile, rank_tiles
 
 SBlockRV = s_tir.schedule.SBlockRV
 
