@@ -47,9 +47,10 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
         and 1.5-2.5 at 32 on the H100 MLP sweep (``bench/results/2026-12-06-h100-build-kernels``;
         the cause is not identified). 0.3 on BK 32, fitted over the 73 GEMMs of the sweeps in
         ``bench/results`` (``bench/gemm_model_check.py --set``), brings the pick from 1.071x to 1.062x
-        the fastest tile (H100 MLP GEMMs 1.155x to 1.035x). Off by default until timed end to end:
-        it changes 659 of the corpus' 1994 GEMM tiles, the pair calibrations were fitted without it,
-        and one new pick spills (ResNet-50 b1 conv2d22, 4 bytes).
+        the fastest tile (H100 MLP GEMMs 1.155x to 1.035x). Off: end to end on an H100 it changed
+        659 of the corpus' 1994 GEMM tiles and ran 0.975x at batch 32 but 1.012x at batch 1 (ViT
+        0.94, Mixer 0.90; ResNet-50, Inception-v3, ConvNeXt 1.05-1.11, whose short-M split-K convs
+        ran best at BK 32: ``bench/results/2026-12-06-gemm-long-steps``), so BK alone is not the cause.
     fixed_registers : int
         Registers a thread needs besides its accumulators and operand fragments (addresses,
         loop counters, the staged loads): ptxas figures for this schedule.
