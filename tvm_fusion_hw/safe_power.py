@@ -18,12 +18,14 @@ A constant non-integer exponent keeps ``power``: its negative bases are NaN in I
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax import Call, Expr, PyExprMutator, expr_functor
+
+from .relax_walk import subexpressions
 
 #: Multiplications an integer exponent may cost (|n| up to 2**MAX_MULTIPLIES) before ``power`` stays.
 MAX_MULTIPLIES = 6
@@ -99,29 +101,4 @@ class SafePower:
 
 def _calls_power(func: relax.Function) -> bool:
     power = tvm.ir.Op.get("relax.power")
-    return any(call.op.same_as(power) for call in _calls(func))
-
-
-def _calls(expr: Expr) -> Iterator[Call]:
-    """The calls in ``expr``, without walking the struct info of its variables (as
-    ``post_order_visit`` does: a lifted module's parameter tuple has hundreds of shapes, walked
-    again at every ``params[i]``)."""
-    if isinstance(expr, Call):
-        yield expr
-        for part in (expr.op, *expr.args):
-            yield from _calls(part)
-    elif isinstance(expr, relax.Tuple):
-        for field in expr.fields:
-            yield from _calls(field)
-    elif isinstance(expr, relax.TupleGetItem):
-        yield from _calls(expr.tuple_value)
-    elif isinstance(expr, relax.SeqExpr):
-        for block in expr.blocks:
-            for binding in block.bindings:
-                yield from _calls(binding.value)
-        yield from _calls(expr.body)
-    elif isinstance(expr, relax.If):
-        for part in (expr.cond, expr.true_branch, expr.false_branch):
-            yield from _calls(part)
-    elif isinstance(expr, relax.Function):
-        yield from _calls(expr.body)
+    return any(isinstance(e, Call) and e.op.same_as(power) for e in subexpressions(func))

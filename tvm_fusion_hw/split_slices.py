@@ -30,6 +30,7 @@ from tvm.relax import Call, Expr, PyExprMutator, expr_functor
 
 from .fusion.analysis import tensor_shape
 from .fusion.decisions import Decision
+from .relax_walk import subexpressions
 
 #: the rule's name in decisions
 SPLIT_SLICES = "split-slices"
@@ -54,8 +55,9 @@ def _bindings(func: relax.Function):
     values, readers, outputs = {}, {}, set()
 
     def note(reader, expr):
-        for var in _vars_read(expr):
-            readers.setdefault(var, []).append(reader)
+        for var in subexpressions(expr):  # without each variable's struct info (see relax_walk)
+            if isinstance(var, relax.Var):
+                readers.setdefault(var, []).append(reader)
 
     body = func.body
     for block in body.blocks:
@@ -67,25 +69,6 @@ def _bindings(func: relax.Function):
                 outputs.add(binding.var)
     note(None, body.body)
     return values, readers, outputs
-
-
-def _vars_read(expr: Expr) -> List[relax.Var]:
-    """Every occurrence of a variable in ``expr``, in post order, as ``post_order_visit`` finds
-    them, without walking the struct info of each (a lifted module's parameter tuple has hundreds
-    of shapes, and every ``params[i]`` would walk them all)."""
-    if isinstance(expr, relax.Var):
-        return [expr]
-    if isinstance(expr, Call):
-        return [v for part in (expr.op, *expr.args) for v in _vars_read(part)]
-    if isinstance(expr, relax.Tuple):
-        return [v for field in expr.fields for v in _vars_read(field)]
-    if isinstance(expr, relax.TupleGetItem):
-        return _vars_read(expr.tuple_value)
-    if isinstance(expr, (relax.SeqExpr, relax.If, relax.Function)):  # rare in a binding: the full walk
-        found: List[relax.Var] = []
-        relax.analysis.post_order_visit(expr, lambda e: isinstance(e, relax.Var) and found.append(e))
-        return found
-    return []  # constants, shapes, prim values, ops and global vars read no variable
 
 
 def _take_to_fold(func: relax.Function) -> bool:
