@@ -57,6 +57,9 @@ CONFIGS = {
     "stages": {**_NEW, "unroll_async_depth": False},  # 2-4 buffers, dynamic shared memory, rolled
     "stages-static": {**_NEW, "unroll_async_depth": False, "dynamic_shared_memory": False},
     "unrolled": {"async_stages": (2,), "unroll_async_depth": True, "dynamic_shared_memory": False},
+    # today's defaults, and with the K-step slowdown that 2026-12-06-gemm-long-steps left off
+    "default": {},
+    "long-steps": {"long_step_slowdown": 0.3},
 }
 #: What a config's tile must be to stand for it (its best such tile is built, not its best
 #: overall: warp tiles rank level with the tiles they change, and after them)

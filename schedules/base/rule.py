@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from typing import Optional, Sequence, Tuple
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.target import Target
 
+from .config_changes import changed
 from .limits import GPULimits, gpu_limits
 from .probe import allocated_shared_bytes
 from .unchecked import without_schedule_checks
@@ -55,6 +57,18 @@ class TiledScheduleRule(GPUScheduleRule, metaclass=abc.ABCMeta):
     and schedules the best tile that checks out (see the module docstring for the five steps)."""
 
     Config: type  # the search bounds, a dataclass with ``max_attempts`` (set by subclasses)
+
+    def __init_subclass__(cls, **kwargs):
+        """Each rule's ``get_config`` (its own or the one it inherits) returns its config with the
+        changes a build made for the rule's class name (:mod:`.config_changes`)."""
+        super().__init_subclass__(**kwargs)
+        get_config, name = cls.get_config, cls.__name__
+
+        @functools.wraps(get_config)
+        def get_changed_config(self, target: Target):
+            return changed(name, get_config(self, target))
+
+        cls.get_config = get_changed_config
 
     # ---- the steps a template gives ------------------------------------------------------------
     @staticmethod

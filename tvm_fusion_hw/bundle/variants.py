@@ -16,6 +16,11 @@ launch bounds, and registers per thread capped at what P's register file allows 
 block and planned residency, through ``tirx.max_registers``, i.e. ``__maxnreg__``) and
 ``max_registers=N`` (a register cap per thread for every kernel, alone or with ``limits``).
 Both P must be NVIDIA profiles (the bundle's runner runs CUDA).
+
+``RULE.FIELD=VALUE`` changes one field of a schedule template's search bounds for the variant
+(:mod:`tvm_fusion_hw.schedules.base.config_changes`), e.g. ``ImplicitGemm.long_step_slowdown=0.3``:
+a cost-model change timed against the default build in one bundle. The field must be a number, a
+``true``/``false`` or a ``+``-separated tuple of numbers.
 """
 
 from __future__ import annotations
@@ -58,6 +63,38 @@ def _defaults() -> Dict[str, object]:
             out[field.name] = field.default if field.default is not dataclasses.MISSING \
                 else field.default_factory()  # type: ignore[misc]
     return out
+
+
+def _rule_config_default(spec: str, key: str) -> object:
+    """The default of ``RULE.FIELD``'s field (a rule's ``Config``), or a one-line error."""
+    rule_name, _, field = key.partition(".")
+    try:
+        (rule,) = rules_named([rule_name])
+    except FusionHWError as err:
+        raise FusionHWError(f"--variant {spec!r}: {err}") from None
+    fields = {f.name: f for f in dataclasses.fields(rule.Config)}
+    if field not in fields:
+        raise FusionHWError(f"--variant {spec!r}: {rule_name}.Config has no field {field!r} "
+                            f"(fields: {', '.join(sorted(fields))})")
+    found = fields[field]
+    default = found.default if found.default is not dataclasses.MISSING else found.default_factory()  # type: ignore[misc]
+    if isinstance(default, tuple) and not all(isinstance(v, (int, float)) for v in default):
+        raise FusionHWError(f"--variant {spec!r}: {key} holds tuples; only numbers, booleans and "
+                            "tuples of numbers can be changed here")
+    return default
+
+
+def _rule_config_value(spec: str, key: str, text: str) -> object:
+    """``text`` as ``RULE.FIELD``'s type: a tuple of numbers from ``+``-separated ones."""
+    default = _rule_config_default(spec, key)
+    if not isinstance(default, tuple):
+        return _value(spec, key, text, default)
+    kind = type(default[0]) if default else int
+    try:
+        return [kind(part) for part in text.split("+") if part.strip()]
+    except ValueError:
+        raise FusionHWError(f"--variant {spec!r}: {key}={text!r}, expected "
+                            f"{kind.__name__}s joined by '+'") from None
 
 
 def _value(spec: str, key: str, text: str, default: object) -> object:
@@ -113,9 +150,13 @@ def parse_variant(spec: str) -> VariantSpec:
     for item in body.split(","):
         key, eq, text = item.partition("=")
         key = key.strip()
+        if eq and "." in key:
+            knobs[key] = _rule_config_value(spec, key, text)
+            continue
         if not eq or key not in defaults:
             known = ", ".join(sorted(defaults))
-            raise FusionHWError(f"--variant {spec!r}: unknown knob {key!r} (or no '='); known: {known}")
+            raise FusionHWError(f"--variant {spec!r}: unknown knob {key!r} (or no '='); known: {known}, "
+                                "or RULE.FIELD of a template's Config")
         knobs[key] = _value(spec, key, text, defaults[key])
     out = VariantSpec(name, model, knobs)
     try:
@@ -143,7 +184,7 @@ def pipeline_knobs(spec: VariantSpec) -> Dict[str, object]:
     """Keywords for ``get_pipeline``: tuple knobs as tuples, template names as the rules (the
     emulation knobs left out: :func:`emulation_knobs`)."""
     knobs = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.knobs.items()
-             if k not in EMULATION_KEYS}
+             if k not in EMULATION_KEYS and "." not in k}
     if isinstance(knobs.get("schedules"), tuple):
         knobs["schedules"] = rules_named(knobs["schedules"])
     return knobs
@@ -152,3 +193,14 @@ def pipeline_knobs(spec: VariantSpec) -> Dict[str, object]:
 def emulation_knobs(spec: VariantSpec) -> Dict[str, object]:
     """The emulation knobs a variant sets (``fusion_profile``, ``limits``, ``max_registers``)."""
     return {k: v for k, v in spec.knobs.items() if k in EMULATION_KEYS and v not in (None, 0)}
+
+
+def rule_config_changes(spec: VariantSpec) -> Dict[str, Dict[str, object]]:
+    """``{rule name: {Config field: value}}`` of a variant's ``RULE.FIELD`` knobs, for
+    :func:`tvm_fusion_hw.schedules.base.config_changes.config_changes`."""
+    out: Dict[str, Dict[str, object]] = {}
+    for key, value in spec.knobs.items():
+        if "." in key:
+            rule, _, field = key.partition(".")
+            out.setdefault(rule, {})[field] = tuple(value) if isinstance(value, list) else value
+    return out

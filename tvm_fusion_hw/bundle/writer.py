@@ -56,11 +56,12 @@ from tvm_fusion_hw.hardware.profile import load_profile
 from tvm_fusion_hw.hardware.target import target as hw_target
 from tvm_fusion_hw.models import build, check_name
 from tvm_fusion_hw.pipeline import fusion_pass, get_pipeline, pass_context, stock_pipeline
+from tvm_fusion_hw.schedules.base.config_changes import config_changes
 
 from .cubins import precompile_cuda
 from .emulation import emulated_build, emulation_facts, main_launches, register_cap
 from .runtime import REPO, copy_builders, copy_runner, copy_tvm_runtime, fetch_tvm_ffi_wheels
-from .variants import VariantSpec, emulation_knobs, parse_variants, pipeline_knobs
+from .variants import VariantSpec, emulation_knobs, parse_variants, pipeline_knobs, rule_config_changes
 
 DEFAULT_MODELS = ("mobilenet_v2", "resnet50", "squeezenet1_1", "bert_encoder_layer", "relu_add_mul",
                   "eltwise5", "conv_relu_pool", "dw_pw", "layernorm_residual")
@@ -231,9 +232,11 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
         vtgt, vprofile, limits = emulated_build(emu, tgt, profile) if emu else (tgt, profile, None)
         # the plugin's builds take its PassContext options (cp.async on sm_80+), as a user's would;
         # stock TVM builds as it comes
+        # RULE.FIELD knobs: the templates' search bounds changed for this build only
+        changes = config_changes(rule_config_changes(spec)) if spec else contextlib.nullcontext()
         try:
             with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": use_graph}), \
-                    (pass_context(vtgt) if pipe == "hw" else contextlib.nullcontext()):
+                    (pass_context(vtgt) if pipe == "hw" else contextlib.nullcontext()), changes:
                 cap = register_cap(emu, profile, limits) if emu else None
                 relax_pipeline = _pipeline(pipe, vtgt, vprofile, knobs, [cap] if cap is not None else [])
                 ex = tvm.compile(mod, target=vtgt, relax_pipeline=relax_pipeline)
@@ -253,8 +256,9 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
             if spec is None:
                 entry["report"] = report_file
             else:  # groups of main, as hw_groups counts them
-                variant.update(knobs=spec.knobs, report=report_file,
-                               groups=_main_costs(mod, vtgt, vprofile, knobs)[2])
+                with config_changes(rule_config_changes(spec)):
+                    groups = _main_costs(mod, vtgt, vprofile, knobs)[2]
+                variant.update(knobs=spec.knobs, report=report_file, groups=groups)
         variant.update(_export(ex, out, stem, compress))
         code = _cuda_source(ex) if sources is not None else None
         variant["launches"] = main_launches(ex, code)  # kernel order of one main run (ncu CSVs)
@@ -422,7 +426,8 @@ def bundle_main(argv: Optional[Sequence[str]] = None) -> int:
                              "limits=P (build for --profile's GPU with P's shared memory and threads per "
                              "block, occupancy, launch bounds and a register cap from P's register file; "
                              "ptxas feasibility on P recorded), max_registers=N (__maxnreg__ cap on every "
-                             "kernel); repeatable")
+                             "kernel), or RULE.FIELD=VALUE, a template's search bound (e.g. "
+                             "ImplicitGemm.long_step_slowdown=0.3); repeatable")
     parser.add_argument("--torch-only", action="store_true",
                         help="compile no library: the entries (inputs, weights, roofline) that the "
                              "runner's --torch-only times PyTorch on")
