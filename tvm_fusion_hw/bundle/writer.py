@@ -230,13 +230,12 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
         # fusion profile, and a register cap on its scheduled kernels
         emu = emulation_knobs(spec) if spec else {}
         vtgt, vprofile, limits = emulated_build(emu, tgt, profile) if emu else (tgt, profile, None)
+        changes = rule_config_changes(spec) if spec else {}  # RULE.FIELD knobs, for this build only
         # the plugin's builds take its PassContext options (cp.async on sm_80+), as a user's would;
         # stock TVM builds as it comes
-        # RULE.FIELD knobs: the templates' search bounds changed for this build only
-        changes = config_changes(rule_config_changes(spec)) if spec else contextlib.nullcontext()
         try:
             with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": use_graph}), \
-                    (pass_context(vtgt) if pipe == "hw" else contextlib.nullcontext()), changes:
+                    (pass_context(vtgt) if pipe == "hw" else contextlib.nullcontext()), config_changes(changes):
                 cap = register_cap(emu, profile, limits) if emu else None
                 relax_pipeline = _pipeline(pipe, vtgt, vprofile, knobs, [cap] if cap is not None else [])
                 ex = tvm.compile(mod, target=vtgt, relax_pipeline=relax_pipeline)
@@ -256,9 +255,9 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
             if spec is None:
                 entry["report"] = report_file
             else:  # groups of main, as hw_groups counts them
-                with config_changes(rule_config_changes(spec)):
-                    groups = _main_costs(mod, vtgt, vprofile, knobs)[2]
-                variant.update(knobs=spec.knobs, report=report_file, groups=groups)
+                with config_changes(changes):
+                    variant.update(knobs=spec.knobs, report=report_file,
+                                   groups=_main_costs(mod, vtgt, vprofile, knobs)[2])
         variant.update(_export(ex, out, stem, compress))
         code = _cuda_source(ex) if sources is not None else None
         variant["launches"] = main_launches(ex, code)  # kernel order of one main run (ncu CSVs)
@@ -418,16 +417,12 @@ def bundle_main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--no-compress", action="store_true", help="store plain .so files")
     parser.add_argument("--no-precompile", action="store_true",
                         help="do not build CUDA binaries here (the GPU box compiles them)")
-    parser.add_argument("--variant", action="append", default=[], dest="variants",
-                        metavar="NAME:MODEL:KEY=VALUE,...",
-                        help="also build MODEL with the hw pipeline and these PolicyConfig knobs "
-                             "(e.g. eltwise5_split:eltwise5:max_depth=1), or schedules=RuleA+RuleB, or "
-                             "the emulation knobs: fusion_profile=P (fuse as NVIDIA profile P decides), "
-                             "limits=P (build for --profile's GPU with P's shared memory and threads per "
-                             "block, occupancy, launch bounds and a register cap from P's register file; "
-                             "ptxas feasibility on P recorded), max_registers=N (__maxnreg__ cap on every "
-                             "kernel), or RULE.FIELD=VALUE, a template's search bound (e.g. "
-                             "ImplicitGemm.long_step_slowdown=0.3); repeatable")
+    parser.add_argument("--variant", action="append", default=[], dest="variants", metavar="NAME:MODEL:KEY=VALUE,...",
+                        help="also build MODEL with the hw pipeline and these knobs: PolicyConfig fields "
+                             "(e.g. eltwise5_split:eltwise5:max_depth=1), schedules=RuleA+RuleB, the emulation "
+                             "knobs fusion_profile=P, limits=P (P's per-block and per-SM limits on this GPU), "
+                             "max_registers=N, or a template's search bound RULE.FIELD=VALUE (e.g. "
+                             "ImplicitGemm.long_step_slowdown=0.3); see tvm_fusion_hw.bundle.variants; repeatable")
     parser.add_argument("--torch-only", action="store_true",
                         help="compile no library: the entries (inputs, weights, roofline) that the "
                              "runner's --torch-only times PyTorch on")
