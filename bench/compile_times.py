@@ -36,16 +36,22 @@ from tvm_fusion_hw.schedules import clear_caches
 PIPELINES = ("stock", "hw")
 
 
-def compile_once(mod, target, which: str) -> Dict[str, float]:
-    """One cold compile of ``mod`` with pipeline ``which``: its wall and CPU seconds."""
+def compile_once(mod, target, which: str) -> Dict[str, object]:
+    """One cold compile of ``mod`` with pipeline ``which``: its wall and CPU seconds, or
+    ``{"error": ...}`` where it fails (stock TVM's dlight Matmul on squeeze-and-excitation blocks
+    at batch 32)."""
     if which == "stock":
         pipeline, context = hw.stock_pipeline(target), tvm.transform.PassContext()
     else:
         pipeline, context = hw.get_pipeline(target), hw.pass_context(target)
     clear_caches()  # cold: no ranking from an earlier compile
     wall, cpu = time.perf_counter(), time.process_time()
-    with context:  # the plugin's options, as the bundle builds
-        tvm.compile(mod, target=target, relax_pipeline=pipeline)
+    try:
+        with context:  # the plugin's options, as the bundle builds
+            tvm.compile(mod, target=target, relax_pipeline=pipeline)
+    except Exception as err:  # pylint: disable=broad-except
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        return {"error": f"{type(err).__name__}: {(lines or [''])[-1][:120]}"}
     return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
 
 
@@ -58,13 +64,27 @@ def measure(model: str, batch: int, target, repeat: int, warmup: int = 0) -> Dic
     times = {which: {"wall": [], "cpu": []} for which in PIPELINES}
     for _ in range(repeat):
         for which in PIPELINES:
-            for key, value in compile_once(mod, target, which).items():
+            if "error" in times[which]:
+                continue  # it fails again
+            done = compile_once(mod, target, which)
+            if "error" in done:
+                times[which]["error"] = done["error"]
+                continue
+            for key, value in done.items():
                 times[which][key].append(value)
     return times
 
 
 def row(model: str, batch: int, times) -> str:
-    """One table row: medians of wall and CPU seconds, and hw/stock for each."""
+    """One table row: medians of wall and CPU seconds, and hw/stock for each ("fails" where a
+    pipeline does not build the model)."""
+    failed = [w for w in PIPELINES if "error" in times[w]]
+    if failed:
+        cells = {w: "fails" if w in failed else f"{statistics.median(times[w]['wall']):.2f}" for w in PIPELINES}
+        cpu = {w: "fails" if w in failed else f"{statistics.median(times[w]['cpu']):.2f}" for w in PIPELINES}
+        errors = "; ".join(f"{w}: {times[w]['error']}" for w in failed)
+        return (f"| {model} | {batch} | {cells['stock']} | {cells['hw']} | - | {cpu['stock']} | {cpu['hw']} | - "
+                f"| {errors} |")
     med = {w: {k: statistics.median(v) for k, v in times[w].items()} for w in PIPELINES}
     wall = " / ".join(f"{t:.2f}" for t in times["hw"]["wall"])
     return (f"| {model} | {batch} | {med['stock']['wall']:.2f} | {med['hw']['wall']:.2f} | "
