@@ -24,6 +24,7 @@ from .window_reduction.rule import WindowReduction
 from .conv_pool import tiles as _conv_pool_tiles
 from .depthwise import tiles as _depthwise_tiles
 from .dw_pw import tiles as _dw_pw_tiles
+from .gemm import tiles as _gemm_tiles
 
 __all__ = ["Attention", "ConvPool", "DepthwiseConv", "DepthwisePointwise", "ImplicitGemm", "FUSED_PAIR_TEMPLATES",
            "KernelPlan", "PAIR_TEMPLATES", "RowReduction", "VectorizedElementwise", "WindowReduction",
@@ -34,5 +35,5 @@ def clear_caches() -> None:
     """Forget what the tile models remember across compiles (rankings by problem, the conv+pool
     bank simulations, divisors), so that the next compile pays its whole cost: compile-time
     measurements time cold compiles."""
-    for tiles in (_conv_pool_tiles, _depthwise_tiles, _dw_pw_tiles):
+    for tiles in (_conv_pool_tiles, _depthwise_tiles, _dw_pw_tiles, _gemm_tiles):
         tiles.clear_caches()

@@ -81,3 +81,29 @@ def test_bad_rule_knob_is_one_line_error(spec, message):
     with pytest.raises(FusionHWError, match=re.escape(message)) as err:
         parse_variant(spec)
     assert "\n" not in str(err.value)
+
+
+def test_gemm_rankings_are_kept_per_config_until_the_caches_are_cleared(monkeypatch):
+    """The GEMM ranking is remembered by problem, limits and config values: a changed bound is
+    ranked anew, the same one is not, and ``schedules.clear_caches`` forgets them."""
+    from tvm_fusion_hw import schedules
+    from tvm_fusion_hw.schedules.base.limits import gpu_limits
+    from tvm_fusion_hw.schedules.base.ranking_cache import RememberedRanking
+    from tvm_fusion_hw.schedules.gemm import tiles as gemm_tiles
+
+    target = hw.target(H200)
+    limits = gpu_limits(target)
+    problem = gemm_tiles.GemmProblem(1, 197, 768, 3072, 4, False, (False, False), (True, True))
+    computed = []
+    rank = gemm_tiles._rank  # pylint: disable=protected-access
+    monkeypatch.setattr(gemm_tiles, "_RANKED", RememberedRanking(
+        lambda *args: computed.append(1) or rank(*args), maxsize=16))
+    config = ImplicitGemm().get_config(target)
+    first = gemm_tiles.rank_tiles(problem, limits, config)
+    assert gemm_tiles.rank_tiles(problem, limits, ImplicitGemm().get_config(target)) == first
+    assert len(computed) == 1
+    with config_changes({"ImplicitGemm": {"long_step_slowdown": 0.3}}):
+        slowed = gemm_tiles.rank_tiles(problem, limits, ImplicitGemm().get_config(target))
+    assert len(computed) == 2 and [t.time_s for t in slowed] != [t.time_s for t in first]
+    schedules.clear_caches()
+    assert gemm_tiles.rank_tiles(problem, limits, config) == first and len(computed) == 3

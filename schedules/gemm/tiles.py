@@ -17,6 +17,7 @@ import math
 from typing import List, Optional, Tuple
 
 from tvm_fusion_hw.schedules.base.limits import GPULimits, tile_occupancy
+from tvm_fusion_hw.schedules.base.ranking_cache import RememberedRanking
 
 #: ptxas (CUDA 13, sm_90) caps 256-thread blocks that prefetch K-major tiles at 64 registers and
 #: spills 4-16 bytes (ResNet-50's split-K 3x3 convs at batch 1); 128-thread ones do not spill.
@@ -160,7 +161,16 @@ def _registers(micro_rows: int, micro_cols: int, config) -> int:
 
 
 def rank_tiles(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile]:
-    """Every admissible tile for ``problem``, best (lowest modelled time) first."""
+    """Every admissible tile for ``problem``, best (lowest modelled time) first.
+
+    Remembered for the same problem, limits and config values: a compile ranks a GEMM several
+    times (the Winograd cost model, the fusion policy's part plans, then the rule that schedules
+    it); :func:`clear_caches` forgets the rankings."""
+    return _RANKED(problem, limits, config)
+
+
+def _rank(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile]:
+    """:func:`rank_tiles`, computed."""
     tiles = []
     narrowest = min(c for _, c in config.thread_shapes) * min(c for _, c in config.micro_shapes)
     shapes = config.thread_shapes + (config.narrow_thread_shapes if problem.cols < narrowest else ())
@@ -213,6 +223,14 @@ def _tiles_of(problem, limits, config, thread_rows, thread_cols, micro_rows, mic
             yield from (dataclasses.replace(tile, warp_slow=lanes, warp_fast=warp // lanes)
                         for lanes in config.warp_slow_lanes
                         if warp % lanes == 0 and slow_threads % lanes == 0 and fast_threads % (warp // lanes) == 0)
+
+
+_RANKED = RememberedRanking(_rank, maxsize=256)
+
+
+def clear_caches() -> None:
+    """Forget the remembered rankings (``bench/compile_times.py`` times cold compiles)."""
+    _RANKED.cache_clear()
 
 
 def depth_steps(problem: GemmProblem, config) -> List[int]:
