@@ -1,0 +1,57 @@
+#!/bin/bash
+# Device calls of corpus-10: the whole corpus at batch 32 (two halves, one call each) and at batch 1
+# (one call, then a GEMM tile sweep of batch-1 convolutions), built here at d7f3a40 with
+#   tvm-fusion-hw bundle --out .bundle_b32A --models <corpus.names()[0::2], as corpus:NAME> --batches 32
+#   tvm-fusion-hw bundle --out .bundle_b32B --models <corpus.names()[1::2]> --batches 32
+#   the same with --batches 1 into .bundle_b1A and .bundle_b1B
+#   python bench/tile_sweep.py build --out .bundle_swn --runtime --top 6 $CASES          (the model's ranking)
+#   python bench/tile_sweep.py build --out .bundle_swl --runtime --top 6 --configs long-steps $CASES
+#     CASES: the batch-1 kernels of ResNet-50, Inception-v3 and ConvNeXt-T listed in sweep_cases.txt,
+#     whose first-ranked tile changes with GemmConfig.long_step_slowdown=0.3
+# slimmed with ../2026-12-02-h200-corpus-6/assemble.sh .bundle_call <bundles of the call> (the runtime
+# compressed once, rt.tar.xz), each bundle's libraries and cubins then packed by pack_solid.sh; the
+# sweeps' libraries, cubins and sweep.json (each build folder without tvm_runtime, wheels, builders)
+# in the b32A call's sweeps.tar.xz; for b1 the two halves merged into one bundle first
+# (merge_bundles.py .bundle_b1A .bundle_b1B .bundle_b1: one entry list, one run).
+# Usage: call.sh b32A | call.sh b32B | call.sh b1; for b32A, MODELS="corpus:A ..." SECS=S BUDGET=S
+# narrow it (the run's timeout and the runner's --time-budget)
+# Every row against onnxruntime; at batch 32 torch.compile + CUDA graphs timed in the same process.
+set -u
+export PYTHONUNBUFFERED=1
+what=${1:?b32A, b32B or b1}
+C=${CALL:-.bundle_call}  # the assembled bundles (CALL=.bundle_callB: another folder)
+T0=$(date +%s)
+R=${OUT:-.}/$what
+mkdir -p $R rt && tar -C rt -xJf $C/rt.tar.xz
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,driver_version --format=csv > $R/gpu.txt
+run() { # bundle seconds budget torch-flags...
+  local b=$1 secs=$2 budget=$3; shift 3
+  cp -r rt/* $C/$b/
+  if [ -f $C/$b.libs.tar.xz ]; then  # packed by pack_solid.sh: plain .so files (the runner takes them), cubins .xz again
+    tar -C $C/$b -xJf $C/$b.libs.tar.xz && mkdir -p $C/$b/cubin && tar -C $C/$b/cubin -xJf $C/$b.cubins.tar.xz
+    (cd $C/$b/cubin && ls *.bin | xargs -P 16 -n 16 xz -0)
+    xz -d $C/$b/manifest.json.xz
+  fi
+  echo "== $b start $(( $(date +%s) - T0 ))s"
+  timeout $secs python3 $C/$b/run.py --out /tmp/out_$b --repeat 5 --min-repeat-ms 5 --onnxruntime \
+    "$@" --no-isolate --time-budget $budget > $R/$b.log 2>&1
+  echo "rc=$?" >> $R/$b.log
+  cp /tmp/out_$b/results.json $R/$b.json 2>/dev/null; cp /tmp/out_$b/results.md $R/$b.md 2>/dev/null
+  tail -n 2 $R/$b.log
+  echo "== $b end $(( $(date +%s) - T0 ))s"
+}
+sweeps() {  # the GEMM tile sweeps, where this call carries them
+  [ -f $C/sweeps.tar.xz ] || return 0
+  tar -C $C -xJf $C/sweeps.tar.xz
+  for s in swn swl; do
+    cp -r rt/* $C/$s/
+    timeout 60 python3 $C/$s/tile_sweep.py run --bundle $C/$s --sweep $C/$s --out $R/$s \
+      > $R/$s.log 2>&1; echo "rc=$?" >> $R/$s.log; tail -n 1 $R/$s.log
+  done
+}
+case $what in
+  b32A) sweeps; run b32A ${SECS:-390} ${BUDGET:-330} ${MODELS:+--models $MODELS} --torch compile_graphs --torch-warm 15 ;;
+  b32B) run b32B 550 480 --torch compile_graphs --torch-warm 15 ;;
+  b1) run b1 420 330 --no-torch ;;  # PyTorch left out: the device time went to refused starts
+esac
+echo "done $(( $(date +%s) - T0 ))s"

@@ -1,0 +1,15 @@
+#!/bin/bash
+# pack_solid.sh CALLDIR NAME: the libraries (*.so.xz) and cubins (cubin/*.bin.xz) of CALLDIR/NAME, an
+# assembled bundle, repacked as two solid archives (and its manifest as manifest.json.xz), CALLDIR/NAME.libs.tar.xz and NAME.cubins.tar.xz
+# (the libraries share most of their bytes: about half the size of one .xz each). call.sh unpacks them.
+set -e
+call=$1; name=$2
+tmp=$(mktemp -d)
+mkdir -p $tmp/libs $tmp/cubins
+for f in $call/$name/*.so.xz; do xz -dc $f > $tmp/libs/$(basename $f .xz); done
+for f in $call/$name/cubin/*.bin.xz; do xz -dc $f > $tmp/cubins/$(basename $f .xz); done
+(cd $tmp/libs && tar cf - *.so) | xz -T2 -9 -e > $call/$name.libs.tar.xz
+(cd $tmp/cubins && tar cf - *.bin) | xz -T2 -9 -e > $call/$name.cubins.tar.xz
+xz -9 $call/$name/manifest.json
+rm -rf $tmp $call/$name/*.so.xz $call/$name/cubin
+du -sh $call/$name.libs.tar.xz $call/$name.cubins.tar.xz
