@@ -18,7 +18,7 @@
 # Every row against onnxruntime; at batch 32 torch.compile + CUDA graphs timed in the same process.
 set -u
 export PYTHONUNBUFFERED=1
-what=${1:?b32A, b32B or b1}
+what=${1:?b32A, b32B, b1 or sweeps}
 C=${CALL:-.bundle_call}  # the assembled bundles (CALL=.bundle_callB: another folder)
 T0=$(date +%s)
 R=${OUT:-.}/$what
@@ -51,6 +51,7 @@ sweeps() {  # the GEMM tile sweeps, where this call carries them
 }
 case $what in
   b32A) sweeps; run b32A ${SECS:-390} ${BUDGET:-330} ${MODELS:+--models $MODELS} --torch compile_graphs --torch-warm 15 ;;
+  sweeps) sweeps ;;
   b32B) run b32B 550 480 --torch compile_graphs --torch-warm 15 ;;
   b1) run b1 420 330 --no-torch ;;  # PyTorch left out: the device time went to refused starts
 esac
