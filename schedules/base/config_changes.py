@@ -3,8 +3,8 @@ GEMM tile model's K-step slowdown on (``tvm-fusion-hw bundle --variant
 NAME:MODEL:ImplicitGemm.long_step_slowdown=0.3``) beside the default build, in one process.
 
 Within :func:`config_changes`, every ``get_config`` of the named rules returns its ``Config`` with
-those fields replaced (:class:`~.rule.TiledScheduleRule` applies :func:`changed` to each
-subclass's own ``get_config``). The change is a context variable: it ends with the block, also on
+those fields replaced (:class:`~.rule.TiledScheduleRule` wraps every subclass's ``get_config``,
+its own or the one it inherits, in :func:`changed`). The change is a context variable: it ends with the block, also on
 an exception, and another thread's builds do not see it.
 """
 
