@@ -128,11 +128,14 @@ def main() -> None:
         except ValueError:
             ap.error(f"--set {item}: a number is expected after '='")
     if changes:
-        from tvm_fusion_hw.schedules.gemm.config import GemmConfig  # pylint: disable=import-outside-toplevel
-        known = {f.name for f in dataclasses.fields(GemmConfig)}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            ap.error(f"--set: {', '.join(unknown)} is not a GemmConfig field")
+        # pylint: disable=import-outside-toplevel
+        from tvm_fusion_hw.errors import FusionHWError
+        from tvm_fusion_hw.schedules.base.config_changes import check_changes
+        from tvm_fusion_hw.schedules.gemm.config import GemmConfig
+        try:
+            check_changes(GemmConfig, "ImplicitGemm", changes)
+        except FusionHWError as err:
+            ap.error(f"--set: {err}")
     if not args.results and not args.sweep:
         ap.error("give --results or --sweep")
     ratios = []

@@ -140,33 +140,28 @@ def _case_func(case: str, target, modules):
     return modules[(model, batch)][kernel], f"{kernel}_b{batch}"
 
 
-class _ConfiguredGemm:
-    """The rule with one of :data:`CONFIGS` (a ``GemmConfig`` changed) as its search bounds."""
+def _changed(config_name: str):
+    """The context in which ImplicitGemm searches with :data:`CONFIGS`' ``config_name`` ("": the defaults)."""
+    from tvm_fusion_hw.schedules.base.config_changes import config_changes  # pylint: disable=import-outside-toplevel
 
-    def __new__(cls, change):
-        from tvm_fusion_hw.schedules.gemm.rule import ImplicitGemm  # pylint: disable=import-outside-toplevel
-
-        class Configured(ImplicitGemm):
-            def get_config(self, target):
-                return dataclasses.replace(super().get_config(target), **change)
-
-        return Configured()
+    return config_changes({"ImplicitGemm": CONFIGS[config_name] if config_name else {}})
 
 
 def _configured_tiles(func, target, top: int, configs):
     """``(problem, [(config name, tile)])``: each named config's best tile and its ``top`` next,
     without repeats (a tile two configs share is built once, under the first name)."""
-    from tvm_fusion_hw.schedules.base.limits import gpu_limits  # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.schedules.base.limits import gpu_limits
+    from tvm_fusion_hw.schedules.gemm.rule import ImplicitGemm
 
-    chosen, seen, problem = [], set(), None
+    chosen, seen, problem, rule = [], set(), None, ImplicitGemm()
     for name in configs:
-        rule = _ConfiguredGemm(CONFIGS[name])
-        with target:
+        with target, _changed(name):
             planned = rule.schedule_best(func, target)
-        if planned is None:
-            continue
-        problem, best, _ = planned
-        ranked = rule.rank(problem, gpu_limits(target), rule.get_config(target))
+            if planned is None:
+                continue
+            problem, best, _ = planned
+            ranked = rule.rank(problem, gpu_limits(target), rule.get_config(target))
         form = CONFIG_FORMS.get(name)
         if form is not None:
             ranked = [t for t in ranked if form(t)]
@@ -216,8 +211,8 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(),
                 named = [("", tile) for tile in tiles]
         schedules = [("dlight", "", None, dl.gpu.Matmul().apply(func, target, False))] if gemm else []
         for i, (config, tile) in enumerate(named):
-            with target:
-                sch = (_ConfiguredGemm(CONFIGS[config]) if config else rule).schedule_tile(func, target, tile)
+            with target, _changed(config):
+                sch = rule.schedule_tile(func, target, tile)
             schedules.append((f"{config}{i}" if config else f"tile{i}", config, tile, sch))
         variants = []
         for name, config, tile, sch in schedules:
