@@ -268,8 +268,9 @@ def _write_runtime(out: Path, sources, arch: str) -> None:
     print(f"{out}: self-contained sweep, {size / 2**20:.1f} MiB", flush=True)
 
 
-def run(bundle: Path, sweep: Path, out: Path, repeat: int) -> None:
-    """Time every library of ``sweep`` with the runtime-only TVM of ``bundle``."""
+def run(bundle: Path, sweep: Path, out: Path, repeat: int, once: bool = False) -> None:
+    """Time every library of ``sweep`` with the runtime-only TVM of ``bundle``; ``once``: launch
+    each one time, untimed, for a profiler (``ncu``) to see one launch of every variant."""
     bundle, sweep = bundle.resolve(), sweep.resolve()
     spec = importlib.util.spec_from_file_location("bundle_runner", bundle / "run.py")
     runner = importlib.util.module_from_spec(spec)
@@ -299,6 +300,9 @@ def run(bundle: Path, sweep: Path, out: Path, repeat: int) -> None:
                 continue
             if reference is None:
                 reference = output
+            if once:
+                print(f"{case['case']:44s} {variant['name']:9s} launched once", flush=True)
+                continue
             variant["rel_err"] = float(np.linalg.norm(output - reference) / np.linalg.norm(reference))
             # on CUDA time_evaluator brackets its `number` launches with CUDA events (TVM's
             # profiling.timer.cuda); the median over `repeat` of them
@@ -322,6 +326,8 @@ def run(bundle: Path, sweep: Path, out: Path, repeat: int) -> None:
             desc += _new_form_words(tile)
             print(f"{case['case']:44s} {variant['name']:9s} {variant['us']:9.1f} us {variant['tflops']:6.2f} TFLOP/s  "
                   f"err {variant['rel_err']:.1e}  {desc}", flush=True)
+    if once:
+        return
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep_results.json").write_text(json.dumps(results, indent=1))
     write_markdown(results, out / "sweep.md")
@@ -417,12 +423,14 @@ def main(argv=None) -> int:
     r.add_argument("--sweep", required=True, type=Path)
     r.add_argument("--out", required=True, type=Path)
     r.add_argument("--repeat", type=int, default=5)
+    r.add_argument("--once", action="store_true",
+                   help="launch each library once, untimed, and write nothing (under a profiler: ncu)")
     args = parser.parse_args(argv)
     if args.command == "build":
         build(args.out, args.cases, args.top, args.profile, [_tile_change(c) for c in args.tile_change],
               args.configs, args.runtime, args.rule)
     else:
-        run(args.bundle, args.sweep, args.out, args.repeat)
+        run(args.bundle, args.sweep, args.out, args.repeat, args.once)
     return 0
 
 

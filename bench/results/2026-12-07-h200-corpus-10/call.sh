@@ -18,7 +18,7 @@
 # Every row against onnxruntime; at batch 32 torch.compile + CUDA graphs timed in the same process.
 set -u
 export PYTHONUNBUFFERED=1
-what=${1:?b32A, b32B, b1 or sweeps}
+what=${1:?b32A, b32B, b1, sweeps or gemmprof}
 C=${CALL:-.bundle_call}  # the assembled bundles (CALL=.bundle_callB: another folder)
 T0=$(date +%s)
 R=${OUT:-.}/$what
@@ -49,8 +49,24 @@ sweeps() {  # the GEMM tile sweeps, where this call carries them
       > $R/$s.log 2>&1; echo "rc=$?" >> $R/$s.log; tail -n 1 $R/$s.log
   done
 }
+gemmprof() {  # four large GEMMs under each GemmConfig form: timed, then one launch each under ncu
+  [ -f $C/gemmprof.tar.xz ] || return 0
+  local g=$C/gemmprof; mkdir -p $g $R/gemmprof && tar -C $g -xJf $C/gemmprof.tar.xz && cp -r rt/* $g/
+  timeout 90 python3 $g/tile_sweep.py run --bundle $g --sweep $g --out $R/gemmprof --repeat 10 \
+    > $R/gemmprof/timed.log 2>&1; echo "rc=$?" >> $R/gemmprof/timed.log; tail -n 1 $R/gemmprof/timed.log
+  timeout 150 ncu --target-processes all --section SpeedOfLight --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis_Tables --section Occupancy --section SchedulerStats \
+    --section WarpStateStats --section LaunchStats --section InstructionStats \
+    python3 $g/tile_sweep.py run --bundle $g --sweep $g --out /tmp/once --once > $R/gemmprof/ncu.log 2>&1
+  echo "rc=$?" >> $R/gemmprof/ncu.log; tail -n 1 $R/gemmprof/ncu.log; xz -9 $R/gemmprof/ncu.log
+  echo "== gemmprof end $(( $(date +%s) - T0 ))s"
+}
 case $what in
-  b32A) sweeps; run b32A ${SECS:-390} ${BUDGET:-330} ${MODELS:+--models $MODELS} --torch compile_graphs --torch-warm 15 ;;
+  b32A) gemmprof  # then the corpus half, and the sweeps where the half leaves them time
+    left=$(( 545 - ($(date +%s) - T0) ))
+    run b32A ${SECS:-$left} ${BUDGET:-$(( left - 60 ))} ${MODELS:+--models $MODELS} --torch compile_graphs --torch-warm 15
+    [ $(( $(date +%s) - T0 )) -lt 420 ] && sweeps ;;
+  gemmprof) gemmprof ;;
   sweeps) sweeps ;;
   b32B) run b32B 550 480 --torch compile_graphs --torch-warm 15 ;;
   b1) run b1 420 330 --no-torch ;;  # PyTorch left out: the device time went to refused starts
