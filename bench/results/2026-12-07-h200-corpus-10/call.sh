@@ -49,15 +49,19 @@ sweeps() {  # the GEMM tile sweeps, where this call carries them
       > $R/$s.log 2>&1; echo "rc=$?" >> $R/$s.log; tail -n 1 $R/$s.log
   done
 }
-gemmprof() {  # four large GEMMs under each GemmConfig form: timed, then one launch each under ncu
+gemmprof() {  # large GEMMs: cfg, four under each GemmConfig form, timed then one launch each under
+  # ncu; n768, ViT's N = 768 GEMMs (fc2, proj) with the model's top tiles and neighbours, timed
   [ -f $C/gemmprof.tar.xz ] || return 0
-  local g=$C/gemmprof; mkdir -p $g $R/gemmprof && tar -C $g -xJf $C/gemmprof.tar.xz && cp -r rt/* $g/
-  timeout 90 python3 $g/tile_sweep.py run --bundle $g --sweep $g --out $R/gemmprof --repeat 10 \
-    > $R/gemmprof/timed.log 2>&1; echo "rc=$?" >> $R/gemmprof/timed.log; tail -n 1 $R/gemmprof/timed.log
+  local g=$C/gemmprof; mkdir -p $g $R/gemmprof && tar -C $g -xJf $C/gemmprof.tar.xz
+  for s in cfg n768; do
+    cp -r rt/* $g/$s/
+    timeout 100 python3 $g/$s/tile_sweep.py run --bundle $g/$s --sweep $g/$s --out $R/gemmprof/$s --repeat 10 \
+      > $R/gemmprof/$s.log 2>&1; echo "rc=$?" >> $R/gemmprof/$s.log; tail -n 1 $R/gemmprof/$s.log
+  done
   timeout 150 ncu --target-processes all --section SpeedOfLight --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis_Tables --section Occupancy --section SchedulerStats \
     --section WarpStateStats --section LaunchStats --section InstructionStats \
-    python3 $g/tile_sweep.py run --bundle $g --sweep $g --out /tmp/once --once > $R/gemmprof/ncu.log 2>&1
+    python3 $g/cfg/tile_sweep.py run --bundle $g/cfg --sweep $g/cfg --out /tmp/once --once > $R/gemmprof/ncu.log 2>&1
   echo "rc=$?" >> $R/gemmprof/ncu.log; tail -n 1 $R/gemmprof/ncu.log; xz -9 $R/gemmprof/ncu.log
   echo "== gemmprof end $(( $(date +%s) - T0 ))s"
 }
