@@ -92,6 +92,19 @@ def row(model: str, batch: int, times) -> str:
             f"{med['hw']['cpu']:.2f} | {med['hw']['cpu'] / med['stock']['cpu']:.2f}x | {wall} |")
 
 
+def summary(measured) -> str:
+    """The table's last line: the geometric mean of hw/stock wall medians over the rows both
+    pipelines build, and the highest (``measured``: ``[(model, batch, times)]``)."""
+    ratios = [(statistics.median(t["hw"]["wall"]) / statistics.median(t["stock"]["wall"]), m, b)
+              for m, b, t in measured if not any("error" in t[w] for w in PIPELINES)]
+    if not ratios:
+        return "No row that both pipelines build."
+    geomean = statistics.geometric_mean(r for r, _, _ in ratios)
+    top, model, batch = max(ratios)
+    return (f"Geometric mean hw/stock wall over the {len(ratios)} rows both build: {geomean:.3f}x; "
+            f"highest {top:.2f}x ({model} b{batch}).")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS),
@@ -109,10 +122,14 @@ def main(argv=None) -> int:
              "| hw wall, each run |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     print("\n".join(lines), flush=True)
+    measured = []
     for model in args.models:
         for batch in args.batches:
-            lines.append(row(model, batch, measure(model, batch, target, args.repeat, args.warmup)))
+            measured.append((model, batch, measure(model, batch, target, args.repeat, args.warmup)))
+            lines.append(row(*measured[-1]))
             print(lines[-1], flush=True)
+    lines += ["", summary(measured)]
+    print(lines[-1], flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines) + "\n")

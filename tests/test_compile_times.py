@@ -17,3 +17,14 @@ def test_a_pipeline_that_fails_is_a_row_not_a_crash():
              "hw": {"wall": [1.5], "cpu": [1.75]}}
     assert compile_times.row("m", 32, times) == \
         "| m | 32 | fails | 1.50 | - | fails | 1.75 | - | stock: AssertionError: cache-write stage |"
+
+
+def test_summary_is_the_geometric_mean_over_rows_both_build():
+    def times(stock, hw):
+        return {"stock": {"wall": [stock], "cpu": [stock]}, "hw": {"wall": [hw], "cpu": [hw]}}
+    failing = {"stock": {"wall": [], "cpu": [], "error": "x"}, "hw": {"wall": [9.0], "cpu": [9.0]}}
+    # ratios 2.0 and 0.5: geometric mean 1.0; the failing row (hw 9 s) is left out
+    measured = [("a", 1, times(1.0, 2.0)), ("b", 32, times(4.0, 2.0)), ("c", 32, failing)]
+    assert compile_times.summary(measured) == \
+        "Geometric mean hw/stock wall over the 2 rows both build: 1.000x; highest 2.00x (a b1)."
+    assert compile_times.summary([("c", 32, failing)]) == "No row that both pipelines build."
