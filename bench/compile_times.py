@@ -30,7 +30,8 @@ from typing import Dict, List
 import tvm
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw.bundle.writer import DEFAULT_MODELS, import_model
+from tvm_fusion_hw.bundle.model_import import import_model
+from tvm_fusion_hw.bundle.writer import DEFAULT_MODELS
 from tvm_fusion_hw.schedules import clear_caches
 
 PIPELINES = ("stock", "hw")

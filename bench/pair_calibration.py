@@ -30,7 +30,7 @@ def _modelled(model: str, batch: int, profile: str, knobs: Dict[str, object]) ->
     """``{kernel: (rule, modelled us or None)}`` of ``model`` as the pipeline schedules it."""
     import tvm_fusion_hw as hw  # pylint: disable=import-outside-toplevel
     from tvm_fusion_hw.schedule_report import explain_schedules  # pylint: disable=import-outside-toplevel
-    from tvm_fusion_hw.bundle.writer import import_model  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.bundle.model_import import import_model  # pylint: disable=import-outside-toplevel
     target = hw.target(profile)
     mod = import_model(model, batch)[1]  # as the bundle built it: weights lifted
     out = {}
@@ -95,7 +95,7 @@ def _kernel_bytes(model: str, batch: int, profile: str, knob: str) -> Dict[str, 
     and write."""
     import tvm  # pylint: disable=import-outside-toplevel
     import tvm_fusion_hw as hw  # pylint: disable=import-outside-toplevel
-    from tvm_fusion_hw.bundle.writer import import_model  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.bundle.model_import import import_model  # pylint: disable=import-outside-toplevel
     from tvm_fusion_hw.pipeline import fused_module  # pylint: disable=import-outside-toplevel
     target = hw.target(profile)
     fused = fused_module(import_model(model, batch)[1], target, hw.fusion_pass(target, **_knob(knob)))

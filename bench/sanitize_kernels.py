@@ -24,7 +24,7 @@ Per model and batch, ``hw.get_pipeline(target, build_kernels=False)`` runs on th
 rule in ``pipeline.schedule_pass.log.rules`` is one of the schedule pass's templates are kept,
 deduplicated by ``tvm_ffi.structural_hash`` (names and ``global_symbol`` ignored, equality checked),
 renamed ``kNNNN_<first name>``, grouped per template into libraries of ``--chunk`` kernels, built with
-``tvm.compile`` under ``hw.pass_context(target)``, exported (``.so.xz``, writer's ``_export``) with
+``tvm.compile`` under ``hw.pass_context(target)``, exported (``.so.xz``, ``bundle.libraries.export_library``) with
 cubins precompiled by nvcc (:func:`tvm_fusion_hw.bundle.cubins.precompile_cuda`, the runner's cache
 keys). ``manifest.json`` names each kernel's rule, source models (with the kernel's name there),
 argument shapes and dtypes, library and device functions. ``--dry-run`` stops after deduplication.
@@ -54,7 +54,8 @@ from tvm import relax, s_tir, tirx
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.bundle.cubins import precompile_cuda
 from tvm_fusion_hw.bundle.runtime import copy_runner, copy_tvm_runtime, fetch_tvm_ffi_wheels
-from tvm_fusion_hw.bundle.writer import _cuda_source, _export, source_commit
+from tvm_fusion_hw.bundle.libraries import cuda_source, export_library
+from tvm_fusion_hw.bundle.writer import source_commit
 from tvm_fusion_hw.cli import parse_knob
 from tvm_fusion_hw.errors import FusionHWError
 from tvm_fusion_hw.frontend import import_onnx
@@ -300,8 +301,8 @@ def write_libraries(out: Path, kernels: List[Kernel], target, chunk: int, precom
         if ex is None:
             continue
         stem = f"{rule}_{part:02d}"
-        lib = {"name": stem, "rule": rule, **_export(ex, out, stem, compress=True)}
-        code = _cuda_source(ex) or ""
+        lib = {"name": stem, "rule": rule, **export_library(ex, out, stem, compress=True)}
+        code = cuda_source(ex) or ""
         lib["cuda_source_sha256"] = hashlib.sha256(code.encode()).hexdigest()
         sources[lib["cuda_source_sha256"]] = code
         lib["kernels"] = [k.name for k in built]

@@ -127,7 +127,7 @@ def explain(model: str, batch: int, profile: str) -> Dict[str, str]:
     import tvm  # pylint: disable=import-outside-toplevel
 
     import tvm_fusion_hw as hw  # pylint: disable=import-outside-toplevel
-    from tvm_fusion_hw.bundle.writer import import_model  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.bundle.model_import import import_model  # pylint: disable=import-outside-toplevel
     from tvm_fusion_hw.schedule_report import explain_schedules  # pylint: disable=import-outside-toplevel
 
     mod = import_model(model, batch)[1]  # lifted: main's kernels have the bundle's names

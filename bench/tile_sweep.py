@@ -186,7 +186,7 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(),
     from tvm.s_tir import dlight as dl
 
     import tvm_fusion_hw as hw
-    from tvm_fusion_hw.bundle.writer import _cuda_source
+    from tvm_fusion_hw.bundle.libraries import cuda_source
     from tvm_fusion_hw.schedules.base.limits import gpu_limits
     from tvm_fusion_hw.schedules.gemm.rule import ImplicitGemm
     from tvm_fusion_hw.schedules.rules import rules_named
@@ -228,7 +228,7 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(),
                 print(f"skipped {lib.name}: {type(err).__name__}: {str(err).splitlines()[-1][:200]}", flush=True)
                 continue
             built.export_library(str(lib))
-            code = _cuda_source(built)
+            code = cuda_source(built)
             if code:
                 sources[lib.name] = code
             variants.append({"name": name, "config": config, "file": lib.name,

@@ -54,7 +54,7 @@ def _kernels(model: str, batch: int, knobs: Tuple[Tuple[str, str], ...], profile
     FLOPs or 0)}`` of the build."""
     import tvm  # pylint: disable=import-outside-toplevel
     import tvm_fusion_hw as hw  # pylint: disable=import-outside-toplevel
-    from tvm_fusion_hw.bundle.writer import import_model  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.bundle.model_import import import_model  # pylint: disable=import-outside-toplevel
     from tvm_fusion_hw.pipeline import fused_module  # pylint: disable=import-outside-toplevel
     from tvm_fusion_hw.schedules.planners import kernel_plan  # pylint: disable=import-outside-toplevel
     target = hw.target(profile)

@@ -20,6 +20,8 @@ import pytest
 import tvm
 
 from tvm_fusion_hw.bundle import runtime, writer as bundle
+from tvm_fusion_hw.bundle.libraries import cuda_source
+from tvm_fusion_hw.bundle.model_import import import_model
 from tvm_fusion_hw import stock_pipeline, target
 from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.bundle.variants import parse_variant, parse_variants, pipeline_knobs
@@ -277,9 +279,9 @@ def test_cuda_bundle_packaging(tmp_path):
     runner = load_script(tmp_path / "run.py", "bundle_runner")
     # Rebuild the stock library's source (codegen is deterministic): the library embeds exactly
     # this text, which the runtime hands to tvm_callback_cuda_compile, and the bundle has its binary.
-    _, mod, _, _ = bundle.import_model("relu_add_mul", 1)
+    _, mod, _, _ = import_model("relu_add_mul", 1)
     tgt = target("nvidia-h200")
-    code = bundle._cuda_source(tvm.compile(mod, target=tgt, relax_pipeline=stock_pipeline(tgt)))
+    code = cuda_source(tvm.compile(mod, target=tgt, relax_pipeline=stock_pipeline(tgt)))
     stock = next(v for v in entry["variants"] if v["name"] == "stock")
     assert hashlib.sha256(code.encode()).hexdigest() == stock["cuda_source_sha256"]
     assert code.encode() in lzma.open(tmp_path / stock["stored"]).read()

@@ -33,7 +33,7 @@ from tvm.script import tirx as T
 
 import tvm_fusion_hw as hw
 from tvm_fusion_hw.bundle import runtime
-from tvm_fusion_hw.bundle.writer import _export
+from tvm_fusion_hw.bundle.libraries import export_library
 from tvm_fusion_hw.errors import FusionHWError
 from tvm_fusion_hw.pipeline import fused_module
 from script_loader import BENCH, load_script
@@ -119,7 +119,7 @@ def cpu_bundle(tmp_path_factory):
         mod = tvm.IRModule({n: CPU_KERNELS[n][0].with_attr("global_symbol", n) for n in group})
         lib = tvm.tirx.build(mod, target=tvm.target.Target({"kind": "llvm"}))
         stem = f"lib_{part:02d}"
-        manifest["libraries"].append({"name": stem, **_export(lib, out, stem, compress=True), "kernels": group})
+        manifest["libraries"].append({"name": stem, **export_library(lib, out, stem, compress=True), "kernels": group})
         for name in group:
             _, rule, args = CPU_KERNELS[name]
             manifest["kernels"][name] = {"rule": rule, "args": args, "library": stem,

@@ -186,7 +186,7 @@ def test_readers_are_post_order_visits_reads_without_the_struct_info_walk():
     finds in each binding, on a model whose lifted parameters are one tuple (each ``params[i]``
     carries the whole tuple's struct info, which the pass no longer walks)."""
     from tvm_fusion_hw import split_slices  # pylint: disable=import-outside-toplevel
-    from tvm_fusion_hw.bundle.writer import import_model  # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.bundle.model_import import import_model  # pylint: disable=import-outside-toplevel
 
     mod = import_model("mobilenet_v2", 1)[1]
     checked = 0

@@ -24,7 +24,7 @@ import tvm_ffi
 from tvm import relax, tirx
 
 import tvm_fusion_hw as hw
-from tvm_fusion_hw.bundle.writer import import_model
+from tvm_fusion_hw.bundle.model_import import import_model
 from tvm_fusion_hw.bundle.variants import parse_variant, pipeline_knobs
 from tvm_fusion_hw.pipeline import fused_module, kernel_names
 from tvm_fusion_hw.schedule_report import explain_schedules

@@ -34,11 +34,9 @@ import argparse
 import contextlib
 import hashlib
 import json
-import lzma
 import numbers
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -49,17 +47,18 @@ import numpy as np
 import tvm
 from onnx import numpy_helper
 from tvm import relax
-from tvm.relax.frontend.onnx import from_onnx
 
 from tvm_fusion_hw.errors import FusionHWError
 from tvm_fusion_hw.hardware.profile import load_profile
 from tvm_fusion_hw.hardware.target import target as hw_target
-from tvm_fusion_hw.models import build, check_name
+from tvm_fusion_hw.models import check_name
 from tvm_fusion_hw.pipeline import fusion_pass, get_pipeline, pass_context, stock_pipeline
 from tvm_fusion_hw.schedules.base.config_changes import config_changes
 
 from .cubins import precompile_cuda
 from .emulation import emulated_build, emulation_facts, main_launches, register_cap
+from .libraries import cuda_source, export_library
+from .model_import import import_model, param_roles, tensor_spec
 from .runtime import REPO, copy_builders, copy_runner, copy_tvm_runtime, fetch_tvm_ffi_wheels
 from .variants import VariantSpec, emulation_knobs, parse_variants, pipeline_knobs, rule_config_changes
 
@@ -67,9 +66,6 @@ DEFAULT_MODELS = ("mobilenet_v2", "resnet50", "squeezenet1_1", "bert_encoder_lay
                   "eltwise5", "conv_relu_pool", "dw_pw", "layernorm_residual")
 DEFAULT_BATCHES = (1, 32)
 PIPELINES = ("stock", "hw")
-#: ONNX op -> {input index: role of that initializer} (the runner's fallback weights use roles).
-_ROLES = {"BatchNormalization": {1: "bn_scale", 2: "bn_bias", 3: "bn_mean", 4: "bn_var"},
-          "LayerNormalization": {1: "ln_scale", 2: "ln_bias"}}
 #: Parameters with at most this many elements are written into the manifest verbatim.
 _INLINE_MAX = 16
 
@@ -86,23 +82,6 @@ class _Progress:
 
 
 # ---------------------------------------------------------------------------- model facts
-def _tensor_spec(var) -> Dict[str, object]:
-    """Name, static shape and dtype of a Relax parameter."""
-    ty = var.ty
-    return {"name": var.name, "shape": [int(d) for d in ty.shape], "dtype": str(ty.dtype)}
-
-
-def _param_roles(model) -> Dict[str, str]:
-    """Initializer name -> role (``bn_var``, ``ln_scale``, ...) for normalization inputs."""
-    roles = {}
-    for node in model.graph.node:
-        for idx, name in enumerate(node.input):
-            role = _ROLES.get(node.op_type, {}).get(idx)
-            if role:
-                roles[name] = role
-    return roles
-
-
 def _main_costs(mod, target, profile, knobs: Optional[Dict[str, object]] = None):
     """FLOPs, compulsory bytes and groups of ``main`` alone (weight transforms excluded), hw grouping
     (with the PolicyConfig ``knobs``)."""
@@ -141,52 +120,6 @@ def _pipeline(name: str, tgt, profile: str, knobs: Optional[Dict[str, object]] =
     raise FusionHWError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
 
 
-def _cuda_source(ex) -> Optional[str]:
-    """The CUDA source a built executable or runtime module carries (what the runtime hands to
-    the compile callback)."""
-    stack = [ex.mod if hasattr(ex, "mod") else ex]
-    while stack:
-        mod = stack.pop()
-        if mod.kind == "cuda":
-            return str(mod.inspect_source(""))
-        stack.extend(mod.imports)
-    return None
-
-
-def _export(ex, out: Path, stem: str, compress: bool) -> Dict[str, object]:
-    """Export one executable as ``stem.so`` (or ``stem.so.xz``); return the manifest variant."""
-    lib = out / f"{stem}.so"
-    ex.export_library(str(lib))
-    size = lib.stat().st_size
-    stored = lib.name
-    if compress:
-        stored = lib.name + ".xz"
-        with open(lib, "rb") as src, lzma.open(out / stored, "wb", preset=6) as dst:
-            shutil.copyfileobj(src, dst)
-        lib.unlink()
-    return {"file": lib.name, "stored": stored, "so_bytes": size,
-            "stored_bytes": (out / stored).stat().st_size}
-
-
-def import_model(name: str, batch: int, seed: int = 0):
-    """Build, import (weights as inputs), detach and lift one model.
-
-    Returns ``(onnx_model, lifted_module, main_params_before_lifting, weight_values)``: the
-    first ``num_input`` parameters are the inputs, the rest the weights, in the order of
-    ``weight_values`` and of ``main_transform_params``' tuple.
-    """
-    model = build(name, batch=batch, seed=seed)
-    mod = from_onnx(model, keep_params_in_input=True)
-    num_input = int(mod["main"].attrs["num_input"])
-    fparams = list(mod["main"].params)
-    mod, values = relax.frontend.detach_params(mod)
-    values = list(values.get("main", []))
-    if len(fparams) - len(values) != num_input:
-        raise FusionHWError(f"{name}: {len(fparams)} parameters, {len(values)} weights, "
-                            f"num_input {num_input}")
-    return model, relax.transform.LiftTransformParams()(mod), fparams, values
-
-
 def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cuda_graph: bool,
                   compress: bool, log, sources: Optional[Dict[str, str]] = None,
                   extra: Sequence[VariantSpec] = ()) -> Dict[str, object]:
@@ -198,7 +131,7 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
     model, mod, fparams, values = import_model(name, batch)
     file_name = re.sub(r"[^A-Za-z0-9._-]", "_", name)  # "corpus:resnet18" -> "corpus_resnet18"
     num_input = len(fparams) - len(values)
-    roles = _param_roles(model)
+    roles = param_roles(model)
     # TVM's importer renames some initializers ("onnx::Conv_650" -> "Conv_650"): the runner finds
     # each weight by the name of the ONNX initializer holding the same bytes
     onnx_names = {hashlib.sha256(np.ascontiguousarray(numpy_helper.to_array(t)).tobytes()).hexdigest(): t.name
@@ -207,14 +140,14 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
     for var, val in zip(fparams[num_input:], values):
         arr = val.numpy()
         digest = hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
-        spec = {**_tensor_spec(var), "role": roles.get(var.name, ""), "sha256": digest,
+        spec = {**tensor_spec(var), "role": roles.get(var.name, ""), "sha256": digest,
                 "onnx_name": onnx_names.get(digest, var.name)}
         if arr.size <= _INLINE_MAX:
             spec["value"] = arr.reshape(-1).tolist()
         params.append(spec)
     out_vars = [o.name for o in model.graph.output]
     entry = {"model": name, "batch": batch, "seed": 0, "input_seed": 0,
-             "inputs": [_tensor_spec(v) for v in fparams[:num_input]],
+             "inputs": [tensor_spec(v) for v in fparams[:num_input]],
              "params": params, "outputs": out_vars,
              "positive_params": [p["name"] for p in params if p["role"] == "bn_var"],
              "compile_s": {}, "variants": []}
@@ -258,8 +191,8 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
                 with config_changes(changes):
                     variant.update(knobs=spec.knobs, report=report_file,
                                    groups=_main_costs(mod, vtgt, vprofile, knobs)[2])
-        variant.update(_export(ex, out, stem, compress))
-        code = _cuda_source(ex) if sources is not None else None
+        variant.update(export_library(ex, out, stem, compress))
+        code = cuda_source(ex) if sources is not None else None
         variant["launches"] = main_launches(ex, code)  # kernel order of one main run (ncu CSVs)
         if emu:
             variant["emulation"] = emulation_facts(ex, vtgt, emu, relax_pipeline, limits, code, cap)

@@ -5,7 +5,7 @@ pipeline runs it: both ways costed with the templates' tile model).
 """
 import sys
 
-from tvm_fusion_hw.bundle.writer import import_model
+from tvm_fusion_hw.bundle.model_import import import_model
 from tvm_fusion_hw.hardware.profile import load_profile
 from tvm_fusion_hw.schedules.planners import kernel_plan
 from tvm_fusion_hw.winograd_conv import WinogradConv2d
