@@ -65,10 +65,19 @@ gemmprof() {  # large GEMMs: cfg, four under each GemmConfig form, timed then on
   echo "rc=$?" >> $R/gemmprof/ncu.log; tail -n 1 $R/gemmprof/ncu.log; xz -9 $R/gemmprof/ncu.log
   echo "== gemmprof end $(( $(date +%s) - T0 ))s"
 }
+kprof() {  # each kernel of MobileNetV2 and ViT-B/16 at batch 32 timed alone (kernels.md)
+  local left=$(( 530 - ($(date +%s) - T0) ))
+  [ $left -lt 40 ] && return 0
+  timeout $left python3 $C/b32A/run.py --out $R/kprof --models corpus:mobilenet_v2 corpus:vit_b_16 --batches 32 \
+    --no-torch --no-graph --no-isolate --repeat 3 --kernel-profile > $R/kprof.log 2>&1
+  echo "rc=$?" >> $R/kprof.log; tail -n 1 $R/kprof.log
+  echo "== kprof end $(( $(date +%s) - T0 ))s"
+}
 case $what in
   b32A) gemmprof  # then the corpus half, and the sweeps where the half leaves them time
-    left=$(( 545 - ($(date +%s) - T0) ))
+    left=$(( 485 - ($(date +%s) - T0) ))  # 60 s kept for kprof
     run b32A ${SECS:-$left} ${BUDGET:-$(( left - 60 ))} ${MODELS:+--models $MODELS} --torch compile_graphs --torch-warm 15
+    kprof  # MobileNetV2's and ViT's kernels, one by one, where the half leaves time
     [ $(( $(date +%s) - T0 )) -lt 420 ] && sweeps ;;
   gemmprof) gemmprof ;;
   sweeps) sweeps ;;
