@@ -18,7 +18,7 @@
 # Every row against onnxruntime; at batch 32 torch.compile + CUDA graphs timed in the same process.
 set -u
 export PYTHONUNBUFFERED=1
-what=${1:?b32A, b32B, b1, sweeps or gemmprof}
+what=${1:?b32A, b32B, b1, sweeps, gemmprof or short}
 C=${CALL:-.bundle_call}  # the assembled bundles (CALL=.bundle_callB: another folder)
 T0=$(date +%s)
 R=${OUT:-.}/$what
@@ -80,6 +80,7 @@ case $what in
     kprof  # MobileNetV2's and ViT's kernels, one by one, where the half leaves time
     [ $(( $(date +%s) - T0 )) -lt 420 ] && sweeps ;;
   gemmprof) gemmprof ;;
+  short) gemmprof; kprof ;;  # where the session's device time no longer holds the whole b32A call
   sweeps) sweeps ;;
   b32B) run b32B 550 480 --torch compile_graphs --torch-warm 15 ;;
   b1) run b1 420 330 --no-torch ;;  # PyTorch left out: the device time went to refused starts
