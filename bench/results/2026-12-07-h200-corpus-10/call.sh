@@ -24,14 +24,19 @@ T0=$(date +%s)
 R=${OUT:-.}/$what
 mkdir -p $R rt && tar -C rt -xJf $C/rt.tar.xz
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,driver_version --format=csv > $R/gpu.txt
-run() { # bundle seconds budget torch-flags...
-  local b=$1 secs=$2 budget=$3; shift 3
+unpack() { # bundle: the runtime copied in, once
+  local b=$1
+  [ -f $C/$b/manifest.json ] && return 0
   cp -r rt/* $C/$b/
   if [ -f $C/$b.libs.tar.xz ]; then  # packed by pack_solid.sh: plain .so files (the runner takes them), cubins .xz again
     tar -C $C/$b -xJf $C/$b.libs.tar.xz && mkdir -p $C/$b/cubin && tar -C $C/$b/cubin -xJf $C/$b.cubins.tar.xz
     (cd $C/$b/cubin && ls *.bin | xargs -P 16 -n 16 xz -0)
     xz -d $C/$b/manifest.json.xz
   fi
+}
+run() { # bundle seconds budget torch-flags...
+  local b=$1 secs=$2 budget=$3; shift 3
+  unpack $b
   echo "== $b start $(( $(date +%s) - T0 ))s"
   timeout $secs python3 $C/$b/run.py --out /tmp/out_$b --repeat 5 --min-repeat-ms 5 --onnxruntime \
     "$@" --no-isolate --time-budget $budget > $R/$b.log 2>&1
@@ -68,6 +73,7 @@ gemmprof() {  # large GEMMs: cfg, four under each GemmConfig form, timed then on
 kprof() {  # each kernel of MobileNetV2 and ViT-B/16 at batch 32 timed alone (kernels.md)
   local left=$(( 530 - ($(date +%s) - T0) ))
   [ $left -lt 40 ] && return 0
+  unpack b32A
   timeout $left python3 $C/b32A/run.py --out $R/kprof --models corpus:mobilenet_v2 corpus:vit_b_16 --batches 32 \
     --no-torch --no-graph --no-isolate --repeat 3 --kernel-profile > $R/kprof.log 2>&1
   echo "rc=$?" >> $R/kprof.log; tail -n 1 $R/kprof.log
