@@ -1,13 +1,16 @@
 #!/bin/bash
 # Device call: the emulated-limits proof (issue 15) for six more corpus models, each differing plan
-# timed under the other profile's limits, then the DRAM bytes of every kernel with ncu. Built here with
+# timed under the other profile's limits; the large-GEMM sweeps of ../2026-12-07-h200-corpus-10 and
+# MobileNetV2 b32's kernel profile (issue 14); then the DRAM bytes of every kernel with ncu, model by
+# model, in what time is left. Built here with
 #   python bench/emulated_limits.py plan \
 #     --differences bench/results/2026-12-06-profile-differences/profile_differences.json \
 #     --models corpus:mobilenet_v2 corpus:bert corpus:efficientnet_b0 corpus:squeezenet1_0 \
 #              corpus:mobilenet_v3_small corpus:gpt2 --batches 1 32 --max-variants 3 \
 #     --bundle .bundle_emu11 --out .bundle_emu11
 # assembled (../2026-12-02-h200-corpus-6/assemble.sh .bundle_callE .bundle_emu11) and packed
-# (../2026-12-07-h200-corpus-10/pack_solid.sh .bundle_callE emu11); carry .bundle_callE.
+# (../2026-12-07-h200-corpus-10/pack_solid.sh .bundle_callE emu11; the fusion reports removed: the report
+# reads them from .bundle_emu11 here); carry .bundle_callE.
 set -u
 export PYTHONUNBUFFERED=1
 C=${CALL:-.bundle_callE}
@@ -21,11 +24,17 @@ tar -C $B -xJf $C/emu11.libs.tar.xz && mkdir -p $B/cubin && tar -C $B/cubin -xJf
 (cd $B/cubin && ls *.bin | xargs -P 16 -n 16 xz -0)
 xz -d $B/manifest.json.xz
 SEL="--models corpus:mobilenet_v2 corpus:bert corpus:efficientnet_b0 corpus:squeezenet1_0 corpus:mobilenet_v3_small corpus:gpt2 --batches 1 32"
-timeout ${SECS:-240} python3 $B/run.py --out /tmp/emu $SEL --no-graph --no-torch --no-isolate --repeat 10 \
-  --time-budget ${BUDGET:-200} > $R/emu/run.log 2>&1
+timeout ${SECS:-200} python3 $B/run.py --out /tmp/emu $SEL --no-graph --no-torch --no-isolate --repeat 10 \
+  --time-budget ${BUDGET:-160} > $R/emu/run.log 2>&1
 echo "rc=$?" >> $R/emu/run.log; tail -n 2 $R/emu/run.log
 cp /tmp/emu/results.json /tmp/emu/results.md $R/emu/ 2>/dev/null
 echo "== timed $(( $(date +%s) - T0 ))s"
+# the large-GEMM sweeps and their ncu profile of ../2026-12-07-h200-corpus-10 (its gemmprof.tar.xz
+# copied into this call), then MobileNetV2 b32's kernels one by one (its hw build in this bundle)
+OUT=$R CALL=$C bash $(dirname $0)/../2026-12-07-h200-corpus-10/call.sh gemmprof
+timeout 60 python3 $B/run.py --out $R/kprof --models corpus:mobilenet_v2 --batches 32 --no-graph --no-torch \
+  --no-isolate --repeat 3 --kernel-profile > $R/kprof.log 2>&1; echo "rc=$?" >> $R/kprof.log
+echo "== kprof $(( $(date +%s) - T0 ))s"
 # DRAM bytes of every launch (the report finds each library's runs by its kernel sequence), in
 # what is left of a 560 s call; ncu writes its CSV only when the application exits, so one model
 # per ncu run
