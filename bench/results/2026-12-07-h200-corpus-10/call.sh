@@ -80,7 +80,7 @@ kprof() {  # each kernel of MobileNetV2 and ViT-B/16 at batch 32 timed alone (ke
   echo "== kprof end $(( $(date +%s) - T0 ))s"
 }
 case $what in
-  b32A) gemmprof  # then the corpus half, and the sweeps where the half leaves them time
+  b32A) [ -z "${NOGEMM:-}" ] && gemmprof  # (NOGEMM=1: ran already) then the corpus half, and the sweeps where the half leaves them time
     left=$(( 485 - ($(date +%s) - T0) ))  # 60 s kept for kprof
     run b32A ${SECS:-$left} ${BUDGET:-$(( left - 60 ))} ${MODELS:+--models $MODELS} --torch compile_graphs --torch-warm 15
     kprof  # MobileNetV2's and ViT's kernels, one by one, where the half leaves time
