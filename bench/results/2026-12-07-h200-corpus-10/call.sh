@@ -65,9 +65,10 @@ gemmprof() {  # large GEMMs: cfg, four under each GemmConfig form, timed then on
   done
   timeout 150 ncu --target-processes all --section SpeedOfLight --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis_Tables --section Occupancy --section SchedulerStats \
-    --section WarpStateStats --section LaunchStats --section InstructionStats \
+    --section WarpStateStats --section LaunchStats --section InstructionStats --csv --page raw --print-units base \
+    --log-file $R/gemmprof/ncu.csv \
     python3 $g/cfg/tile_sweep.py run --bundle $g/cfg --sweep $g/cfg --out /tmp/once --once > $R/gemmprof/ncu.log 2>&1
-  echo "rc=$?" >> $R/gemmprof/ncu.log; tail -n 1 $R/gemmprof/ncu.log; xz -9 $R/gemmprof/ncu.log
+  echo "rc=$?" >> $R/gemmprof/ncu.log; tail -n 1 $R/gemmprof/ncu.log; xz -9 $R/gemmprof/ncu.csv
   echo "== gemmprof end $(( $(date +%s) - T0 ))s"
 }
 kprof() {  # each kernel of MobileNetV2 and ViT-B/16 at batch 32 timed alone (kernels.md)
