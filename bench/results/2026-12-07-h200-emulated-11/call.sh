@@ -32,7 +32,7 @@ echo "== timed $(( $(date +%s) - T0 ))s"
 # the large-GEMM sweeps and their ncu profile of ../2026-12-07-h200-corpus-10 (its gemmprof.tar.xz
 # copied into this call), then MobileNetV2 b32's kernels one by one (its hw build in this bundle)
 OUT=$R CALL=$C bash $(dirname $0)/../2026-12-07-h200-corpus-10/call.sh gemmprof
-timeout 60 python3 $B/run.py --out $R/kprof --models corpus:mobilenet_v2 --batches 32 --no-graph --no-torch \
+timeout 90 python3 $B/run.py --out $R/kprof --models corpus:mobilenet_v2 --batches 32 --no-graph --no-torch \
   --no-isolate --repeat 3 --kernel-profile > $R/kprof.log 2>&1; echo "rc=$?" >> $R/kprof.log
 echo "== kprof $(( $(date +%s) - T0 ))s"
 # DRAM bytes of every launch (the report finds each library's runs by its kernel sequence), in
