@@ -93,3 +93,5 @@ case $what in
   b1) run b1 420 330 --no-torch ;;  # PyTorch left out: the device time went to refused starts
 esac
 echo "done $(( $(date +%s) - T0 ))s"
+# the device returns at most 8 files of $OUT: everything as one archive (where $OUT is the call's)
+[ -n "${OUT:-}" ] && [ -z "${NOTAR:-}" ] && (cd $OUT && tar czf $what.tgz $what && rm -rf $what)

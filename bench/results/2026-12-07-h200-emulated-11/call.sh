@@ -31,7 +31,7 @@ cp /tmp/emu/results.json /tmp/emu/results.md $R/emu/ 2>/dev/null
 echo "== timed $(( $(date +%s) - T0 ))s"
 # the large-GEMM sweeps and their ncu profile of ../2026-12-07-h200-corpus-10 (its gemmprof.tar.xz
 # copied into this call), then MobileNetV2 b32's kernels one by one (its hw build in this bundle)
-OUT=$R CALL=$C bash $(dirname $0)/../2026-12-07-h200-corpus-10/call.sh gemmprof
+OUT=$R NOTAR=1 CALL=$C bash $(dirname $0)/../2026-12-07-h200-corpus-10/call.sh gemmprof
 timeout 90 python3 $B/run.py --out $R/kprof --models corpus:mobilenet_v2 --batches 32 --no-graph --no-torch \
   --no-isolate --repeat 3 --kernel-profile > $R/kprof.log 2>&1; echo "rc=$?" >> $R/kprof.log
 echo "== kprof $(( $(date +%s) - T0 ))s"
@@ -61,3 +61,5 @@ open(sys.argv[1], "w").writelines(out)
 PY
 xz -9 $R/emu/dram.csv
 echo "done $(( $(date +%s) - T0 ))s"
+# the device returns at most 8 files of $OUT: everything as one archive
+[ -n "${OUT:-}" ] && (cd $OUT && tar czf res.tgz res && rm -rf res)
