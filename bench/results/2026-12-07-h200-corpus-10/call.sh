@@ -67,7 +67,7 @@ gemmprof() {  # large GEMMs: cfg, four under each GemmConfig form, timed then on
     --section MemoryWorkloadAnalysis_Tables --section Occupancy --section SchedulerStats \
     --section WarpStateStats --section LaunchStats --section InstructionStats --csv --page raw --print-units base \
     --log-file $R/gemmprof/ncu.csv \
-    python3 $g/cfg/tile_sweep.py run --bundle $g/cfg --sweep $g/cfg --out /tmp/once --once > $R/gemmprof/ncu.log 2>&1
+    python3 bench/tile_sweep.py run --bundle $g/cfg --sweep $g/cfg --out /tmp/once --once > $R/gemmprof/ncu.log 2>&1
   echo "rc=$?" >> $R/gemmprof/ncu.log; tail -n 1 $R/gemmprof/ncu.log; xz -9 $R/gemmprof/ncu.csv
   echo "== gemmprof end $(( $(date +%s) - T0 ))s"
 }
