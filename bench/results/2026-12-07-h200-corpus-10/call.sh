@@ -50,7 +50,7 @@ sweeps() {  # the GEMM tile sweeps, where this call carries them
   tar -C $C -xJf $C/sweeps.tar.xz
   for s in swn swl; do
     cp -r rt/* $C/$s/
-    timeout 60 python3 $C/$s/tile_sweep.py run --bundle $C/$s --sweep $C/$s --out $R/$s \
+    timeout 150 python3 $C/$s/tile_sweep.py run --bundle $C/$s --sweep $C/$s --out $R/$s \
       > $R/$s.log 2>&1; echo "rc=$?" >> $R/$s.log; tail -n 1 $R/$s.log
   done
 }
