@@ -102,10 +102,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         text = report(results, args.bundle, args.variant)
     except (OSError, ValueError, KeyError) as err:
         sys.exit(f"kernel_roofline: {type(err).__name__}: {err}")
-    if args.out:
-        args.out.write_text(text)
-    else:
-        sys.stdout.write(text)
+    (args.out.write_text if args.out else sys.stdout.write)(text)
     return 0
 
 
