@@ -36,6 +36,7 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -137,7 +138,13 @@ def _case_func(case: str, target, modules):
     if (model, batch) not in modules:
         mod = import_onnx(build_model(model, batch=int(batch)), keep_params_in_input=True)
         modules[(model, batch)] = fused_module(mod, target, hw.fusion_pass(target))
-    return modules[(model, batch)][kernel], f"{kernel}_b{batch}"
+    return modules[(model, batch)][kernel], case_stem(model, batch, kernel)
+
+
+def case_stem(model: str, batch, kernel: str) -> str:
+    """The file stem of a model's kernel: the model too, since two models' kernels share names
+    (ResNet-50's and Inception-v3's Winograd ``matmul`` at batch 1 overwrote each other's libraries)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{model}_{kernel}_b{batch}")
 
 
 def _changed(config_name: str):
@@ -198,6 +205,9 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(),
     entries, modules, sources = [], {}, {}
     # every case's PrimFunc first: a misnamed kernel fails before minutes of builds
     funcs = [(case, *_case_func(case, target, modules)) for case in cases]
+    stems = [stem for _, _, stem in funcs]
+    if len(set(stems)) < len(stems):
+        raise SystemExit(f"cases repeated: {', '.join(sorted({c for c, _, t in funcs if stems.count(t) > 1}))}")
     for case, func, stem in funcs:
         with hw.pass_context(target):  # ranks cp.async tiles as a build does
             if not gemm:
