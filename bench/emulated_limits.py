@@ -31,7 +31,9 @@ import argparse
 import csv
 import importlib.util
 import io
+import itertools
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -46,6 +48,8 @@ BUNDLE_PROFILE = "nvidia-h200"
 SHORT = {"nvidia-h200": "h200", "nvidia-h100-sxm": "h100", "nvidia-a100-80gb": "a100",
          "nvidia-jetson-agx-orin": "orin", "nvidia-rtx-3060": "3060", "nvidia-rtx-4090": "4090"}
 NCU_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
+#: past this many sets of builds to try, :func:`best_builds` adds one build at a time instead
+_MAX_COMBINATIONS = 100_000
 
 
 def _differences_module():
@@ -85,11 +89,14 @@ def pairs_of(entry: dict, profiles: Sequence[str]) -> List[dict]:
 def plan(differences: dict, models: Sequence[str], batches: Sequence[int], profiles: Sequence[str],
          max_variants: int = 4) -> dict:
     """The builds (variants) and the pairs they answer. A plan is named by the first profile (in
-    ``profiles`` order) that fuses the same way, limits by the first with the same limits."""
+    ``profiles`` order) that fuses the same way, limits by the first with the same limits. Of a
+    model's extra builds, the at most ``max_variants`` that answer the most pairs are built
+    (:func:`best_builds`); the other pairs are listed as skipped."""
     out = {"bundle_profile": BUNDLE_PROFILE, "profiles": list(profiles), "variants": [], "pairs": []}
     for model in models:
         name = model.split(":", 1)[-1]
-        wanted: Dict[str, dict] = {}
+        specs: Dict[str, dict] = {}  # every extra build a pair of this model needs, in pair order
+        pairs_here = []
         for batch in batches:
             entry = next((e for e in differences["entries"] if e["model"] == name and e["batch"] == batch), None)
             if entry is None:
@@ -111,20 +118,40 @@ def plan(differences: dict, models: Sequence[str], batches: Sequence[int], profi
                     vname = f"{name}.f{SHORT.get(fuse, fuse)}_l{SHORT.get(lim, lim)}"
                     if fuse == BUNDLE_PROFILE and lim == BUNDLE_PROFILE:
                         vname = "hw"  # the bundle's own build is this one
+                    else:
+                        specs.setdefault(vname, {"name": vname, "model": model, "fusion_profile": fuse,
+                                                 "limits": lim})
                     names.append(vname)
-                new = [v for v in names if v != "hw" and v not in wanted]
-                if len(wanted) + len(new) > max_variants:
-                    pair["skipped"] = f"over --max-variants {max_variants} for {model}"
-                else:
-                    for vname, who in zip(names, (pair["P"], pair["Q"])):
-                        if vname != "hw":
-                            wanted.setdefault(vname, {"name": vname, "model": model, "fusion_profile": plan_of[who],
-                                                      "limits": lim})
-                out["pairs"].append({"model": model, "batch": batch, **pair, "P_plan": plan_of[pair["P"]],
-                                     "Q_plan": plan_of[pair["Q"]], "limits": lim,
-                                     "P_variant": names[0], "Q_variant": names[1]})
-        out["variants"] += list(wanted.values())
+                pairs_here.append({"model": model, "batch": batch, **pair, "P_plan": plan_of[pair["P"]],
+                                   "Q_plan": plan_of[pair["Q"]], "limits": lim,
+                                   "P_variant": names[0], "Q_variant": names[1]})
+        chosen = best_builds([{p["P_variant"], p["Q_variant"]} - {"hw"} for p in pairs_here], list(specs),
+                             max_variants)
+        for pair in pairs_here:
+            if not {pair["P_variant"], pair["Q_variant"]} - {"hw"} <= chosen:
+                pair["skipped"] = f"over --max-variants {max_variants} for {model}"
+        out["pairs"] += pairs_here
+        out["variants"] += [spec for vname, spec in specs.items() if vname in chosen]
     return out
+
+
+def best_builds(needs: Sequence[set], candidates: Sequence[str], most: int) -> set:
+    """The at most ``most`` of ``candidates`` that answer the most pairs (a pair, its set of
+    ``needs``, is answered when all of them are built); among equals, the set whose answered
+    pairs come first in ``needs`` order (the H200's pairs first), then the smaller set."""
+    def key(built: set) -> tuple:
+        answered = [i for i, need in enumerate(needs) if need <= built]
+        return (len(answered), [-i for i in answered], -len(built))
+
+    if math.comb(len(candidates), min(most, len(candidates))) > _MAX_COMBINATIONS:
+        # too many sets to try each: add, one at a time, the build that answers the most pairs (the
+        # earliest needed among equals)
+        built: set = set()
+        while len(built) < most and set(candidates) - built:
+            built.add(max(set(candidates) - built, key=lambda c: (key(built | {c}), -candidates.index(c))))
+        return built
+    return max((set(combo) for size in range(min(most, len(candidates)) + 1)
+                for combo in itertools.combinations(candidates, size)), key=key)
 
 
 def variant_args(variants: Sequence[dict]) -> List[str]:

@@ -158,3 +158,21 @@ def test_ncu_csv_segments_and_modelled_time():
     report = {"groups": [{"kernel": "ab", "flops": 12.74e12 * 1e-3}]}  # 1 ms of FLOPs on the 3060
     assert bench.modelled_s({"ab_kernel": 360e9 * 2e-3}, report, p) == pytest.approx(2e-3)
     assert bench.modelled_s({"ab_kernel": 1.0}, report, p) == pytest.approx(1e-3)
+
+
+def test_best_builds_answer_the_most_pairs():
+    bench = _bench()
+    # the first pair needs two builds of its own; three later pairs need one build each, and a
+    # fourth needs two of theirs: with three builds, taking the first pair answers 1 + (one more);
+    # leaving it answers four, and the pair that needs none
+    needs = [{"a", "b"}, {"c"}, {"d"}, {"e"}, {"c", "d"}, set()]
+    assert bench.best_builds(needs, ["a", "b", "c", "d", "e"], 3) == {"c", "d", "e"}
+    # among sets answering as many pairs, the one whose pairs come first, then the smaller
+    assert bench.best_builds([{"a"}, {"b"}], ["a", "b"], 1) == {"a"}
+    assert bench.best_builds([set(), {"a", "b"}], ["a", "b"], 1) == set()
+
+
+def test_best_builds_one_at_a_time_past_the_combination_limit(monkeypatch):
+    bench = _bench()
+    monkeypatch.setattr(bench, "_MAX_COMBINATIONS", 1)
+    assert bench.best_builds([{"a", "b"}, {"c"}, {"c", "d"}], ["a", "b", "c", "d"], 2) == {"c", "d"}
