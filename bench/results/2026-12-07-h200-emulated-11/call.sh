@@ -13,17 +13,23 @@
 # reads them from .bundle_emu11 here); carry .bundle_callE.
 set -u
 export PYTHONUNBUFFERED=1
+# another set of models: CALL=.bundle_callF EMU=emu12 MODELS="a b ..." KPROF= (no kernel profile);
+# MODELS in the bundle's order (the DRAM CSVs are joined in it), the GEMM profile only where the
+# call carries gemmprof.tar.xz
 C=${CALL:-.bundle_callE}
-B=$C/emu11
+EMU=${EMU:-emu11}
+MODELS=${MODELS:-mobilenet_v2 bert efficientnet_b0 squeezenet1_0 mobilenet_v3_small gpt2}
+KPROF=${KPROF-corpus:mobilenet_v2}
+B=$C/$EMU
 T0=$(date +%s)
 R=${OUT:-.}/res
 mkdir -p $R/emu
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,driver_version --format=csv > $R/gpu.txt
 tar -C $B -xJf $C/rt.tar.xz
-tar -C $B -xJf $C/emu11.libs.tar.xz && mkdir -p $B/cubin && tar -C $B/cubin -xJf $C/emu11.cubins.tar.xz
+tar -C $B -xJf $C/$EMU.libs.tar.xz && mkdir -p $B/cubin && tar -C $B/cubin -xJf $C/$EMU.cubins.tar.xz
 (cd $B/cubin && ls *.bin | xargs -P 16 -n 16 xz -0)
 xz -d $B/manifest.json.xz
-SEL="--models corpus:mobilenet_v2 corpus:bert corpus:efficientnet_b0 corpus:squeezenet1_0 corpus:mobilenet_v3_small corpus:gpt2 --batches 1 32"
+SEL="--models $(printf 'corpus:%s ' $MODELS)--batches 1 32"
 timeout ${SECS:-200} python3 $B/run.py --out /tmp/emu $SEL --no-graph --no-torch --no-isolate --repeat 10 \
   --time-budget ${BUDGET:-160} > $R/emu/run.log 2>&1
 echo "rc=$?" >> $R/emu/run.log; tail -n 2 $R/emu/run.log
@@ -32,15 +38,17 @@ echo "== timed $(( $(date +%s) - T0 ))s"
 # the large-GEMM sweeps and their ncu profile of ../2026-12-07-h200-corpus-10 (its gemmprof.tar.xz
 # copied into this call), then MobileNetV2 b32's kernels one by one (its hw build in this bundle)
 OUT=$R NOTAR=1 CALL=$C bash $(dirname $0)/../2026-12-07-h200-corpus-10/call.sh gemmprof
-timeout 90 python3 $B/run.py --out $R/kprof --models corpus:mobilenet_v2 --batches 32 --no-graph --no-torch \
-  --no-isolate --repeat 3 --kernel-profile > $R/kprof.log 2>&1; echo "rc=$?" >> $R/kprof.log
-echo "== kprof $(( $(date +%s) - T0 ))s"
+if [ -n "$KPROF" ]; then
+  timeout 90 python3 $B/run.py --out $R/kprof --models $KPROF --batches 32 --no-graph --no-torch \
+    --no-isolate --repeat 3 --kernel-profile > $R/kprof.log 2>&1; echo "rc=$?" >> $R/kprof.log
+  echo "== kprof $(( $(date +%s) - T0 ))s"
+fi
 # DRAM bytes of every launch (the report finds each library's runs by its kernel sequence), in
 # what is left of a 560 s call; ncu writes its CSV only when the application exits, so one model
 # per ncu run
 NCU="ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum --cache-control all --csv --page raw --print-units base"
 RUN="--no-graph --no-torch --no-isolate --repeat 1 --number 1 --min-repeat-ms 0"
-for m in mobilenet_v2 squeezenet1_0 efficientnet_b0 mobilenet_v3_small bert gpt2; do
+for m in $MODELS; do
   left=$(( 540 - ($(date +%s) - T0) ))
   [ $left -lt 30 ] && break
   timeout $left $NCU --log-file /tmp/dram_$m.csv python3 $B/run.py --out /tmp/ncu_$m --models corpus:$m \
@@ -48,7 +56,7 @@ for m in mobilenet_v2 squeezenet1_0 efficientnet_b0 mobilenet_v3_small bert gpt2
   echo "== ncu $m $(( $(date +%s) - T0 ))s"
 done
 # joined in the bundle's model order, the order the report looks for each library's runs in
-python3 - "$R/emu/dram.csv" mobilenet_v2 bert efficientnet_b0 squeezenet1_0 mobilenet_v3_small gpt2 <<'PY'
+python3 - "$R/emu/dram.csv" $MODELS <<'PY'
 import os, sys
 out = []
 for model in sys.argv[2:]:
