@@ -54,21 +54,24 @@ sweeps() {  # the GEMM tile sweeps, where this call carries them
       > $R/$s.log 2>&1; echo "rc=$?" >> $R/$s.log; tail -n 1 $R/$s.log
   done
 }
-gemmprof() {  # large GEMMs: cfg, four under each GemmConfig form, timed then one launch each under
-  # ncu; n768, ViT's N = 768 GEMMs (fc2, proj) with the model's top tiles and neighbours, timed
+gemmprof() {  # GEMM tile sweeps, each folder of gemmprof.tar.xz timed (here: cfg, four large GEMMs
+  # under each GemmConfig form; n768, ViT's N = 768 GEMMs with the model's top tiles and neighbours;
+  # another call's archive may hold others), then cfg's tiles launched once each under ncu
   [ -f $C/gemmprof.tar.xz ] || return 0
   local g=$C/gemmprof; mkdir -p $g $R/gemmprof && tar -C $g -xJf $C/gemmprof.tar.xz
-  for s in cfg n768; do
+  for s in $(cd $g && ls -d */ | tr -d /); do
     cp -r rt/* $g/$s/
-    timeout 100 python3 $g/$s/tile_sweep.py run --bundle $g/$s --sweep $g/$s --out $R/gemmprof/$s --repeat 10 \
+    timeout 150 python3 $g/$s/tile_sweep.py run --bundle $g/$s --sweep $g/$s --out $R/gemmprof/$s --repeat 10 \
       > $R/gemmprof/$s.log 2>&1; echo "rc=$?" >> $R/gemmprof/$s.log; tail -n 1 $R/gemmprof/$s.log
   done
-  timeout 150 ncu --target-processes all --section SpeedOfLight --section ComputeWorkloadAnalysis \
-    --section MemoryWorkloadAnalysis_Tables --section Occupancy --section SchedulerStats \
-    --section WarpStateStats --section LaunchStats --section InstructionStats --csv --page raw --print-units base \
-    --log-file $R/gemmprof/ncu.csv \
-    python3 bench/tile_sweep.py run --bundle $g/cfg --sweep $g/cfg --out /tmp/once --once > $R/gemmprof/ncu.log 2>&1
-  echo "rc=$?" >> $R/gemmprof/ncu.log; tail -n 1 $R/gemmprof/ncu.log; xz -9 $R/gemmprof/ncu.csv
+  if [ -d $g/cfg ]; then
+    timeout 150 ncu --target-processes all --section SpeedOfLight --section ComputeWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis_Tables --section Occupancy --section SchedulerStats \
+      --section WarpStateStats --section LaunchStats --section InstructionStats --csv --page raw --print-units base \
+      --log-file $R/gemmprof/ncu.csv \
+      python3 bench/tile_sweep.py run --bundle $g/cfg --sweep $g/cfg --out /tmp/once --once > $R/gemmprof/ncu.log 2>&1
+    echo "rc=$?" >> $R/gemmprof/ncu.log; tail -n 1 $R/gemmprof/ncu.log; xz -9 $R/gemmprof/ncu.csv
+  fi
   echo "== gemmprof end $(( $(date +%s) - T0 ))s"
 }
 kprof() {  # each kernel of MobileNetV2 and ViT-B/16 at batch 32 timed alone (kernels.md)
