@@ -149,7 +149,7 @@ def best_builds(needs: Sequence[set], candidates: Sequence[str], most: int) -> s
         built: set = set()
         while len(built) < most and set(candidates) - built:
             built.add(max(set(candidates) - built, key=lambda c: (key(built | {c}), -candidates.index(c))))
-        return built
+        return set().union(*(need for need in needs if need <= built))  # no build that answers nothing
     return max((set(combo) for size in range(min(most, len(candidates)) + 1)
                 for combo in itertools.combinations(candidates, size)), key=key)
 

@@ -176,3 +176,5 @@ def test_best_builds_one_at_a_time_past_the_combination_limit(monkeypatch):
     bench = _bench()
     monkeypatch.setattr(bench, "_MAX_COMBINATIONS", 1)
     assert bench.best_builds([{"a", "b"}, {"c"}, {"c", "d"}], ["a", "b", "c", "d"], 2) == {"c", "d"}
+    # a build added on the way that then answers no pair is dropped
+    assert bench.best_builds([{"a", "b"}, {"c"}], ["a", "b", "c"], 2) == {"c"}
