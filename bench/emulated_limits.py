@@ -28,9 +28,7 @@ all``, ncu's default): bytes as a GPU whose L2 holds nothing between kernels wou
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
-import io
 import itertools
 import json
 import math
@@ -54,6 +52,14 @@ _MAX_COMBINATIONS = 100_000
 
 def _differences_module():
     spec = importlib.util.spec_from_file_location("profile_differences", HERE / "profile_differences.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ncu_table_module():
+    """bench/ncu_table.py, which reads ncu's CSV pages."""
+    spec = importlib.util.spec_from_file_location("ncu_table", HERE / "ncu_table.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -193,8 +199,8 @@ def read_ncu(text: str) -> List[Tuple[str, float]]:
     """``[(kernel name, DRAM bytes read + written)]`` per launch, in launch order, from ncu's CSV
     (``--page raw``: a column per metric and a row of units; or the default details page: a row
     per metric)."""
-    lines = [ln for ln in text.splitlines() if ln.startswith('"')]  # ncu's own ==PROF== lines are not CSV
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    ncu_table = _ncu_table_module()
+    rows = ncu_table.csv_rows(text)
     if not rows:
         return []
     head = rows[0]
@@ -207,13 +213,10 @@ def read_ncu(text: str) -> List[Tuple[str, float]]:
                 item = launches.setdefault(key, [row[col["Kernel Name"]], 0.0])
                 item[1] += _num(row[col["Metric Value"]]) * _scale(row[col["Metric Unit"]])
         return [tuple(v) for _, v in sorted(launches.items())]
-    col = {h: i for i, h in enumerate(head)}
-    units = rows[1] if len(rows) > 1 and not rows[1][col["ID"]].strip().isdigit() else None
-    out = []
-    for row in rows[2 if units else 1:]:
-        total = sum(_num(row[col[m]]) * _scale(units[col[m]] if units else "byte") for m in NCU_METRICS if m in col)
-        out.append((row[col["Kernel Name"]], total))
-    return out
+    launches, units = ncu_table.read_raw_page(text)
+    return [(launch["Kernel Name"], sum(_num(launch[m]) * _scale(units.get(m) or "byte")
+                                        for m in NCU_METRICS if m in launch))
+            for launch in launches]
 
 
 def segment(stream: List[Tuple[str, float]], order: List[Tuple[str, List[str]]],

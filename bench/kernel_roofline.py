@@ -28,20 +28,23 @@ def group_costs(report: dict) -> Dict[str, Tuple[float, float]]:
             for g in report.get("groups", []) if g.get("kernel")}
 
 
-def bound_s(flops: float, nbytes: float, bandwidth: float, peak: float) -> Tuple[float, str]:
-    """The roofline bound of one call and what sets it ("memory" or "compute")."""
-    memory, compute = nbytes / bandwidth, flops / peak
-    return (memory, "memory") if memory >= compute else (compute, "compute")
+def bound_s(flops: float, nbytes: float, profile) -> Tuple[float, str]:
+    """The roofline bound of one call (the explanation's ``roofline_seconds``) and what sets it
+    ("memory" or "compute")."""
+    # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.explain.collect import roofline_seconds
+
+    seconds = roofline_seconds(flops, nbytes, profile)
+    return seconds, "memory" if seconds == nbytes / profile.dram_bytes_per_s else "compute"
 
 
-def rows_of(kernels: List[dict], costs: Dict[str, Tuple[float, float]], bandwidth: float,
-            peak: float) -> List[dict]:
+def rows_of(kernels: List[dict], costs: Dict[str, Tuple[float, float]], profile) -> List[dict]:
     """Per measured kernel: calls, us per call, the bound (us per call, what sets it), efficiency."""
     out = []
     for k in kernels:
         row = {"name": k["name"], "calls": k["calls"], "us_per_call": k["us_per_call"], "us": k["us"]}
         if k["name"] in costs:
-            seconds, by = bound_s(*costs[k["name"]], bandwidth, peak)
+            seconds, by = bound_s(*costs[k["name"]], profile)
             row.update(bound_us=seconds * 1e6, by=by,
                        efficiency=seconds * 1e6 / k["us_per_call"] if k["us_per_call"] > 0 else None)
         out.append(row)
@@ -85,7 +88,7 @@ def report(results: dict, bundle: Path, variant: str = "hw") -> str:
         name = entry.get("report") if variant == "hw" else next(
             (v.get("report") for v in entry["variants"] if v["name"] == variant), None)
         costs = group_costs(json.loads((bundle / name).read_text())) if name else {}
-        rows = rows_of(profile_of["all"], costs, prof.dram_bytes_per_s, prof.peak_fp32_flop_per_s)
+        rows = rows_of(profile_of["all"], costs, prof)
         parts.append(table(rows, f"{row['model']} b{row['batch']}, {variant}"))
     return "\n".join(parts)
 

@@ -22,7 +22,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 #: (column title, metric, scale to the shown unit)
 COLUMNS = (
@@ -37,18 +37,27 @@ COLUMNS = (
 _STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 
 
-def read_raw(text: str) -> List[Dict[str, str]]:
-    """The launches of ncu's raw CSV page: one ``{metric: value}`` per launch, in launch order.
-    ncu's own ``==PROF==`` lines and the units row are left out."""
+def csv_rows(text: str) -> List[List[str]]:
+    """The CSV rows of ncu's ``--csv`` output (its own ``==PROF==`` lines are not CSV)."""
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    return list(csv.reader(io.StringIO("\n".join(lines))))
+
+
+def read_raw_page(text: str) -> Tuple[List[Dict[str, str]], Dict[str, str]]:
+    """ncu's raw CSV page: one ``{metric: value}`` per launch, in launch order, and ``{metric:
+    unit}`` from its units row (empty where there is none)."""
+    rows = csv_rows(text)
     if not rows:
-        return []
-    head = rows[0]
-    body = rows[1:]
+        return [], {}
+    head, body, units = rows[0], rows[1:], {}
     if body and not body[0][head.index("ID")].strip().isdigit():
-        body = body[1:]  # the units row
-    return [dict(zip(head, row)) for row in body]
+        units, body = dict(zip(head, body[0])), body[1:]
+    return [dict(zip(head, row)) for row in body], units
+
+
+def read_raw(text: str) -> List[Dict[str, str]]:
+    """The launches of ncu's raw CSV page (:func:`read_raw_page` without the units)."""
+    return read_raw_page(text)[0]
 
 
 def _number(text: Optional[str]) -> Optional[float]:

@@ -36,7 +36,6 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -144,7 +143,8 @@ def _case_func(case: str, target, modules):
 def case_stem(model: str, batch, kernel: str) -> str:
     """The file stem of a model's kernel: the model too, since two models' kernels share names
     (ResNet-50's and Inception-v3's Winograd ``matmul`` at batch 1 overwrote each other's libraries)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{model}_{kernel}_b{batch}")
+    from tvm_fusion_hw.bundle.libraries import file_stem  # pylint: disable=import-outside-toplevel
+    return file_stem(f"{model}_{kernel}_b{batch}")
 
 
 def _changed(config_name: str):

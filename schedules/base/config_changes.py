@@ -4,8 +4,8 @@ NAME:MODEL:ImplicitGemm.long_step_slowdown=0.3``) beside the default build, in o
 
 Within :func:`config_changes`, every ``get_config`` of the named rules returns its ``Config`` with
 those fields replaced (:class:`~.rule.TiledScheduleRule` wraps every subclass's ``get_config``,
-its own or the one it inherits, in :func:`changed`). The change is a context variable: it ends with the block, also on
-an exception, and another thread's builds do not see it.
+its own or the one it inherits, in :func:`changed`). The change is a context variable: it ends
+with the block, also on an exception, and another thread's builds do not see it.
 """
 
 from __future__ import annotations

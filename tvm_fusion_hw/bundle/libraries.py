@@ -4,9 +4,16 @@ source it carries (what the runtime hands to its compile callback, and what the 
 from __future__ import annotations
 
 import lzma
+import re
 import shutil
 from pathlib import Path
 from typing import Dict, Optional
+
+
+def file_stem(name: str) -> str:
+    """``name`` as a file name: letters, digits, ``.``, ``_`` and ``-`` ("corpus:resnet18" ->
+    "corpus_resnet18")."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
 def cuda_source(ex) -> Optional[str]:

@@ -36,7 +36,6 @@ import hashlib
 import json
 import numbers
 import platform
-import re
 import subprocess
 import sys
 import time
@@ -57,7 +56,7 @@ from tvm_fusion_hw.schedules.base.config_changes import config_changes
 
 from .cubins import precompile_cuda
 from .emulation import emulated_build, emulation_facts, main_launches, register_cap
-from .libraries import cuda_source, export_library
+from .libraries import cuda_source, export_library, file_stem
 from .model_import import import_model, param_roles, tensor_spec
 from .runtime import REPO, copy_builders, copy_runner, copy_tvm_runtime, fetch_tvm_ffi_wheels
 from .variants import VariantSpec, emulation_knobs, parse_variants, pipeline_knobs, rule_config_changes
@@ -129,7 +128,7 @@ def compile_entry(out: Path, name: str, batch: int, tgt, profile, pipelines, cud
     the built libraries are added to ``sources`` (SHA-256 -> source).
     """
     model, mod, fparams, values = import_model(name, batch)
-    file_name = re.sub(r"[^A-Za-z0-9._-]", "_", name)  # "corpus:resnet18" -> "corpus_resnet18"
+    file_name = file_stem(name)
     num_input = len(fparams) - len(values)
     roles = param_roles(model)
     # TVM's importer renames some initializers ("onnx::Conv_650" -> "Conv_650"): the runner finds
