@@ -13,7 +13,7 @@
 # sweeps' libraries, cubins and sweep.json (each build folder without tvm_runtime, wheels, builders)
 # in the b32A call's sweeps.tar.xz; for b1 the two halves merged into one bundle first
 # (merge_bundles.py .bundle_b1A .bundle_b1B .bundle_b1: one entry list, one run).
-# Usage: call.sh b32A | call.sh b32B | call.sh b1; for b32A, MODELS="corpus:A ..." SECS=S BUDGET=S
+# Usage: call.sh b32A | call.sh b32B | call.sh b1 | call.sh b1t (batch 1 with torch); for b32A, MODELS="corpus:A ..." SECS=S BUDGET=S
 # narrow it (the run's timeout and the runner's --time-budget)
 # Every row against onnxruntime; at batch 32 torch.compile + CUDA graphs timed in the same process.
 set -u
@@ -84,16 +84,21 @@ kprof() {  # each kernel of MobileNetV2 and ViT-B/16 at batch 32 timed alone (ke
   echo "== kprof end $(( $(date +%s) - T0 ))s"
 }
 case $what in
-  b32A) [ -z "${NOGEMM:-}" ] && gemmprof  # (NOGEMM=1: ran already) then the corpus half, and the sweeps where the half leaves them time
-    left=$(( 485 - ($(date +%s) - T0) ))  # 60 s kept for kprof
+  b32A) left=$(( 485 - ($(date +%s) - T0) ))  # the corpus half first; 60 s kept for what follows
     run b32A ${SECS:-$left} ${BUDGET:-$(( left - 60 ))} ${MODELS:+--models $MODELS} --torch compile_graphs --torch-warm 15
-    kprof  # MobileNetV2's and ViT's kernels, one by one, where the half leaves time
+    # then, where the half leaves time: the tile sweeps this call carries (since 2026-12-07's third
+    # session: MobileNetV2's batch-32 1x1 convolutions, gemmprof.tar.xz's mbv2pw), and MobileNetV2's
+    # and ViT's kernels one by one
+    [ -z "${NOGEMM:-}" ] && [ $(( $(date +%s) - T0 )) -lt 420 ] && gemmprof
+    kprof
     [ $(( $(date +%s) - T0 )) -lt 420 ] && sweeps ;;
   gemmprof) gemmprof ;;
   short) gemmprof; kprof ;;  # where the session's device time no longer holds the whole b32A call
   sweeps) sweeps ;;
   b32B) run b32B 550 480 --torch compile_graphs --torch-warm 15 ;;
   b1) run b1 420 330 --no-torch ;;  # PyTorch left out: the device time went to refused starts
+  b1t) run b1 ${SECS:-550} ${BUDGET:-470} ${MODELS:+--models $MODELS} --torch compile_graphs --torch-warm 15 ;;  # batch 1 with
+    # torch.compile + CUDA graphs, as far as the budget goes (MODELS: a part of the corpus)
 esac
 echo "done $(( $(date +%s) - T0 ))s"
 # the device returns at most 8 files of $OUT: everything as one archive (where $OUT is the call's)
