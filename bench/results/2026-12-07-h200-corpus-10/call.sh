@@ -60,8 +60,10 @@ gemmprof() {  # GEMM tile sweeps, each folder of gemmprof.tar.xz timed (here: cf
   [ -f $C/gemmprof.tar.xz ] || return 0
   local g=$C/gemmprof; mkdir -p $g $R/gemmprof && tar -C $g -xJf $C/gemmprof.tar.xz
   for s in $(cd $g && ls -d */ | tr -d /); do
+    local left=$(( 560 - ($(date +%s) - T0) ))  # each sweep within the call's 600 s
+    [ $left -lt 20 ] && break
     cp -r rt/* $g/$s/
-    timeout 150 python3 $g/$s/tile_sweep.py run --bundle $g/$s --sweep $g/$s --out $R/gemmprof/$s --repeat 10 \
+    timeout $(( left < 150 ? left : 150 )) python3 $g/$s/tile_sweep.py run --bundle $g/$s --sweep $g/$s --out $R/gemmprof/$s --repeat 10 \
       > $R/gemmprof/$s.log 2>&1; echo "rc=$?" >> $R/gemmprof/$s.log; tail -n 1 $R/gemmprof/$s.log
   done
   if [ -d $g/cfg ]; then
@@ -87,7 +89,8 @@ case $what in
   b32A) left=$(( 485 - ($(date +%s) - T0) ))  # the corpus half first; 60 s kept for what follows
     run b32A ${SECS:-$left} ${BUDGET:-$(( left - 60 ))} ${MODELS:+--models $MODELS} --torch compile_graphs --torch-warm 15
     # then, where the half leaves time: the tile sweeps this call carries (since 2026-12-07's third
-    # session: MobileNetV2's batch-32 1x1 convolutions, gemmprof.tar.xz's mbv2pw), and MobileNetV2's
+    # session: MobileNetV2's batch-32 1x1 convolutions and DeiT-T's batch-32 GEMMs, gemmprof.tar.xz's
+    # mbv2pw and deitg), and MobileNetV2's
     # and ViT's kernels one by one
     [ -z "${NOGEMM:-}" ] && [ $(( $(date +%s) - T0 )) -lt 420 ] && gemmprof
     kprof
