@@ -93,7 +93,7 @@ case $what in
     # mbv2pw and deitg), and MobileNetV2's
     # and ViT's kernels one by one
     [ -z "${NOGEMM:-}" ] && [ $(( $(date +%s) - T0 )) -lt 420 ] && gemmprof
-    kprof
+    [ -z "${NOKPROF:-}" ] && kprof  # NOKPROF=1: the half alone (its sweeps ran in their own call)
     [ $(( $(date +%s) - T0 )) -lt 420 ] && sweeps ;;
   gemmprof) gemmprof ;;
   short) gemmprof; kprof ;;  # where the session's device time no longer holds the whole b32A call
