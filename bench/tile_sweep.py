@@ -22,7 +22,8 @@ the GPU box needs neither TVM's compiler nor nvcc.
 when it was built with ``--runtime``): random inputs, every library timed with ``time_evaluator``
 (CUDA events around ``number`` back-to-back launches, the median of ``--repeat`` such
 measurements), checked against the dlight reference; prints a line per schedule with its TFLOP/s
-and writes ``sweep_results.json`` and ``sweep.md``.
+and writes ``sweep_results.json`` (again after each case, so a run cut short by a timeout keeps
+the cases it timed) and ``sweep.md``.
 
     python bench/tile_sweep.py build --out .bundle/sweep resnet50:32:fused_conv2d16_add9_batch_norm7_relu7
     python3 bench/tile_sweep.py run --bundle .bundle --sweep .bundle/sweep --out results
@@ -293,7 +294,11 @@ def run(bundle: Path, sweep: Path, out: Path, repeat: int, once: bool = False) -
     tvm.register_global_func("tvm_callback_cuda_compile", compile_cuda, override=True)
     results = json.loads((sweep / "sweep.json").read_text())
     rng = np.random.default_rng(0)
-    for case in results["cases"]:
+    if not once:
+        out.mkdir(parents=True, exist_ok=True)
+    for done, case in enumerate(results["cases"]):
+        if done and not once:  # the cases timed so far, in case the caller's timeout stops the rest
+            (out / "sweep_results.json").write_text(json.dumps(results, indent=1))
         arrays = [rng.uniform(0.5, 1.5, shape).astype(dtype) for shape, dtype in case["args"]]
         reference = None
         for variant in case["variants"]:
@@ -338,7 +343,6 @@ def run(bundle: Path, sweep: Path, out: Path, repeat: int, once: bool = False) -
                   f"err {variant['rel_err']:.1e}  {desc}", flush=True)
     if once:
         return
-    out.mkdir(parents=True, exist_ok=True)
     (out / "sweep_results.json").write_text(json.dumps(results, indent=1))
     write_markdown(results, out / "sweep.md")
 

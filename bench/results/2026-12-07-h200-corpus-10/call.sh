@@ -63,7 +63,8 @@ gemmprof() {  # GEMM tile sweeps, each folder of gemmprof.tar.xz timed (here: cf
     local left=$(( 560 - ($(date +%s) - T0) ))  # each sweep within the call's 600 s
     [ $left -lt 20 ] && break
     cp -r rt/* $g/$s/
-    timeout $(( left < 150 ? left : 150 )) python3 $g/$s/tile_sweep.py run --bundle $g/$s --sweep $g/$s --out $R/gemmprof/$s --repeat 10 \
+    local cap=${SWEEP_S:-150}  # SWEEP_S: seconds a sweep may take at most
+    timeout $(( left < cap ? left : cap )) python3 $g/$s/tile_sweep.py run --bundle $g/$s --sweep $g/$s --out $R/gemmprof/$s --repeat 10 \
       > $R/gemmprof/$s.log 2>&1; echo "rc=$?" >> $R/gemmprof/$s.log; tail -n 1 $R/gemmprof/$s.log
   done
   if [ -d $g/cfg ]; then
