@@ -104,7 +104,7 @@ case $what in
   sweeps) sweeps ;;
   b32B) run b32B 550 480 --torch compile_graphs --torch-warm 15 ;;
   b1) run b1 420 330 --no-torch ;;  # PyTorch left out: the device time went to refused starts
-  b1t) run b1 ${SECS:-550} ${BUDGET:-470} ${MODELS:+--models $MODELS} --torch compile_graphs --torch-warm 15 ;;  # batch 1 with
+  b1t) run ${BUNDLE:-b1} ${SECS:-550} ${BUDGET:-470} ${MODELS:+--models $MODELS} --torch compile_graphs --torch-warm 15 ;;  # batch 1 with
     # torch.compile + CUDA graphs, as far as the budget goes (MODELS: a part of the corpus)
 esac
 echo "done $(( $(date +%s) - T0 ))s"
