@@ -5,8 +5,10 @@
 Ratios are the plugin with CUDA graphs (``hw_graph``) against stock TVM (over the rows where stock
 builds) and against ``torch.compile(mode="reduce-overhead")`` (``compile_graphs``, timed in the
 same run, unless ``--torch-from`` names another run's results: a ``--torch-only`` run whose PyTorch
-times are joined to the rows, which the table then says). ``--before``: an earlier run's results;
-a column gives its ``hw_graph`` latency.
+times are joined to the rows, which the table then says). "roofline": the model's roofline bound
+(the sum over its fusion groups of max(FLOPs / peak, compulsory bytes / bandwidth) on the bundle's
+profile, the runner's ``roofline_s``) over the ``hw_graph`` latency. ``--before``: an earlier
+run's results; a column gives its ``hw_graph`` latency.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def table(rows: Dict[tuple, dict], before: Dict[tuple, dict]) -> str:
     """The markdown table and its summary lines."""
     cols = ["stock", "hw", "hw_graph", "eager", "compile_graphs"]
     head = ["model", "batch", "stock", "hw", "hw+graph", "torch eager", "torch.compile+graphs",
-            "hw+graph vs stock", "vs torch.compile+graphs"] + (["hw+graph before"] if before else [])
+            "hw+graph vs stock", "vs torch.compile+graphs", "roofline"] + (["hw+graph before"] if before else [])
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" + " ---: |" * (len(head) - 1)]
     vs_stock, vs_torch = [], []
     for key in sorted(rows):  # the rows of this run (a row only in ``before`` is not listed)
@@ -72,6 +74,8 @@ def table(rows: Dict[tuple, dict], before: Dict[tuple, dict]) -> str:
             cells.append(f"{vs_torch[-1]:.2f}x")
         else:
             cells.append("-")
+        bound = row.get("roofline_s")
+        cells.append(f"{bound * 1e3 / t['hw_graph']:.0%}" if bound and t["hw_graph"] else "-")
         if before:
             old = _ms(before.get(key), "hw_graph")
             cells.append(f"{old:.3f}" if old else "-")
