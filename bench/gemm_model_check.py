@@ -84,6 +84,12 @@ def remodelled_s(problem: dict, tile: dict, profile: str = "nvidia-h200",
                  changes: Optional[dict] = None) -> Optional[float]:
     """The tile's time under today's cost model on ``profile``, with ``changes`` to its ``GemmConfig``
     fields (None where it no longer fits)."""
+    model = _remodelled(problem, tile, profile, changes)
+    return None if model is None else model[1][0]
+
+
+def _remodelled(problem: dict, tile: dict, profile: str, changes: Optional[dict]):
+    """``(GemmTile, the ranking's key)`` of a timed tile under today's model, or None."""
     # pylint: disable=import-outside-toplevel,protected-access
     from tvm_fusion_hw.schedules.gemm import tiles
 
@@ -93,23 +99,30 @@ def remodelled_s(problem: dict, tile: dict, profile: str = "nvidia-h200",
               "fetch_vector_inner": tuple(problem.get("fetch_vector_inner", (False, False))),
               "prologue_instructions": tuple(problem.get("prologue_instructions", (0, 0)))}
     stages = tile.get("async_stages", 0)
-    model = tiles._model(tiles.GemmProblem(**fields), limits, config, tile["thread_rows"],
+    gemm = tiles.GemmProblem(**fields)
+    model = tiles._model(gemm, limits, config, tile["thread_rows"],
                          tile["thread_cols"], tile["micro_rows"], tile["micro_cols"], tile["depth_step"],
                          tile["split_k"], tile.get("prefetch", False), tile.get("vector_width", 1), stages > 1,
                          stages or None)
-    return None if model is None else model.time_s
+    if model is None:
+        return None
+    model = dataclasses.replace(model, warp_slow=tile.get("warp_slow", model.warp_slow),
+                                warp_fast=tile.get("warp_fast", model.warp_fast))
+    return model, tiles.rank_key(gemm, model)
 
 
 def pick_against_fastest(case: dict, profile: str, changes: Optional[dict] = None):
     """``(fastest variant, the model's pick)`` among the case's timed tiles, each as ``(us, modelled
     s, variant)``, the model with ``changes`` to its config; None with fewer than two tiles the
     model still takes."""
-    timed = [(v["us"], remodelled_s(case["problem"], v["tile"], profile, changes), v)
+    timed = [(v["us"], _remodelled(case["problem"], v["tile"], profile, changes), v)
              for v in case["variants"] if v.get("tile") and v.get("us")]
-    timed = [row for row in timed if row[1] is not None]
+    timed = [(us, model[1], v) for us, model, v in timed if model is not None]
     if len(timed) < 2:
         return None
-    return min(timed, key=lambda row: row[0]), min(timed, key=lambda row: row[1])
+    # the pick as the ranking orders tiles: modelled time, then its tie-breaks
+    best, pick = min(timed, key=lambda row: row[0]), min(timed, key=lambda row: row[1])
+    return best, (pick[0], pick[1][0], pick[2])
 
 
 def main() -> None:
