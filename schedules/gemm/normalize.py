@@ -13,11 +13,15 @@ output (an ``init`` runs when every reduction iterator is at its start, here alw
 ``decompose_reduction`` splits it as usual. It must not be padded along ``K``, though (a padded
 spatial ``K`` would redo the init at every step): the tile model gives such a GEMM one K step of
 exactly ``K`` (:func:`tvm_fusion_hw.schedules.gemm.tiles.depth_steps`).
+
+The same sorting says which way an operand's copy into shared memory runs
+(:func:`row_col_iters`, :func:`last_index_is_spatial`): along a row or column iterator where the
+operand's innermost index moves with one, else along ``K``.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.gpu.matmul import IterKind, IterTrait, get_index_map, make_iter_fusion_index_map
@@ -93,3 +97,27 @@ def gemm_index_maps(block: s_tir.SBlock) -> Optional[Tuple[tirx.IndexMap, ...]]:
     s, i, j, k = IterKind.kIter_S, IterKind.kIter_I, IterKind.kIter_J, IterKind.kIter_K
     return (make_iter_fusion_index_map(block_traits, [s, i, j, k]), make_iter_fusion_index_map(a_traits, [s, i, k]),
             make_iter_fusion_index_map(b_traits, [s, j, k]), make_iter_fusion_index_map(c_traits, [s, i, j]))
+
+
+def row_col_iters(stmt: s_tir.SBlock, matmul_map: tirx.IndexMap) -> List[tirx.Var]:
+    """``stmt``'s spatial iterators that make the GEMM's rows or columns (``I`` or ``J`` of
+    ``matmul_map``), not only its batch ``S``: a block's copy runs along one of them or along K.
+    A batch iterator can sit in an operand's innermost index (attention's head, when a layout
+    prologue reads Q and K out of one packed ``[.., tokens, 3 x heads x dim]`` buffer), but it is
+    fixed within a block, so the copy must still run along the head's dim, K."""
+    s_expr, i_expr, j_expr, _ = matmul_map.final_indices
+    in_rows_cols = tirx.analysis.undefined_vars(i_expr, []) + tirx.analysis.undefined_vars(j_expr, [])
+    only_batch = [v for v in tirx.analysis.undefined_vars(s_expr, [])
+                  if not any(v.same_as(u) for u in in_rows_cols)]
+    return [iv.var for iv, mapped in zip(stmt.iter_vars, matmul_map.initial_indices)
+            if iv.iter_type == tirx.IterVar.DataPar and not any(mapped.same_as(b) for b in only_batch)]
+
+
+def last_index_is_spatial(spatial: Sequence[tirx.Var], last: tirx.Expr, bare: bool = False) -> bool:
+    """Whether an operand's innermost index ``last`` moves with one of the GEMM's ``spatial`` row
+    or column iterators (:func:`row_col_iters`; not only K); with ``bare``, whether it is that
+    iterator alone."""
+    if bare:
+        return any(last.same_as(s) for s in spatial)
+    used = tirx.analysis.undefined_vars(last, [])
+    return any(v.same_as(s) for v in used for s in spatial)

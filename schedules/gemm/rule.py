@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import tvm
 from tvm import s_tir, tirx
@@ -63,7 +63,7 @@ from tvm_fusion_hw.schedules.base.source_access import source_access
 from tvm_fusion_hw.schedules.base.tir_match import const_int
 
 from .groups import split_groups
-from .normalize import gemm_index_maps
+from .normalize import gemm_index_maps, last_index_is_spatial, row_col_iters
 from .config import GemmConfig
 from .tiles import K_MAJOR_PAD, GemmProblem, GemmTile, rank_tiles
 
@@ -165,10 +165,10 @@ def _match_and_normalize(sch: s_tir.Schedule) -> Optional[Tuple[GemmProblem, SBl
     # the copies into shared memory read what the operand's producers read (a prologue is inlined
     # into them): a transposed operand coalesces along the other axis
     sources = [source_access(sch, gemm, i) for i in (0, 1)]
-    rows_cols = _row_col_iters(stmt, maps[0])
-    spatial_inner = tuple(_last_index_is_spatial(rows_cols, indices[-1]) for _, indices in sources)
+    rows_cols = row_col_iters(stmt, maps[0])
+    spatial_inner = tuple(last_index_is_spatial(rows_cols, indices[-1]) for _, indices in sources)
     # a vector copy also needs every row of the operand to start on a vector boundary
-    vector_inner = tuple(_last_index_is_spatial(rows_cols, indices[-1], bare=True) and _rows_align(buf, _ASYNC_VECTOR)
+    vector_inner = tuple(last_index_is_spatial(rows_cols, indices[-1], bare=True) and _rows_align(buf, _ASYNC_VECTOR)
                          for buf, indices in sources)
     prologue = (operand_instructions(sch, gemm, 0), operand_instructions(sch, gemm, 1))
 
@@ -255,30 +255,6 @@ def _rows_align(buffer: tirx.Buffer, lanes: int) -> bool:
     """Whether ``buffer``'s innermost extent is a known multiple of ``lanes``."""
     extent = const_int(buffer.shape[-1])
     return extent is not None and extent % lanes == 0
-
-
-def _row_col_iters(stmt: s_tir.SBlock, matmul_map: tirx.IndexMap) -> List[tirx.Var]:
-    """``stmt``'s spatial iterators that make the GEMM's rows or columns (``I`` or ``J`` of
-    ``matmul_map``), not only its batch ``S``: a block's copy runs along one of them or along K.
-    A batch iterator can sit in an operand's innermost index (attention's head, when a layout
-    prologue reads Q and K out of one packed ``[.., tokens, 3 x heads x dim]`` buffer), but it is
-    fixed within a block, so the copy must still run along the head's dim, K."""
-    s_expr, i_expr, j_expr, _ = matmul_map.final_indices
-    in_rows_cols = tirx.analysis.undefined_vars(i_expr, []) + tirx.analysis.undefined_vars(j_expr, [])
-    only_batch = [v for v in tirx.analysis.undefined_vars(s_expr, [])
-                  if not any(v.same_as(u) for u in in_rows_cols)]
-    return [iv.var for iv, mapped in zip(stmt.iter_vars, matmul_map.initial_indices)
-            if iv.iter_type == tirx.IterVar.DataPar and not any(mapped.same_as(b) for b in only_batch)]
-
-
-def _last_index_is_spatial(spatial: Sequence[tirx.Var], last: tirx.Expr, bare: bool = False) -> bool:
-    """Whether an operand's innermost index ``last`` moves with one of the GEMM's ``spatial`` row
-    or column iterators (:func:`_row_col_iters`; not only K); with ``bare``, whether it is that
-    iterator alone."""
-    if bare:
-        return any(last.same_as(s) for s in spatial)
-    used = tirx.analysis.undefined_vars(last, [])
-    return any(v.same_as(s) for v in used for s in spatial)
 
 
 # ---- the schedule ------------------------------------------------------------------------------

@@ -10,8 +10,7 @@ import tvm_fusion_hw as hw
 from tvm_fusion_hw.bundle.model_import import import_model
 from tvm_fusion_hw.pipeline import fused_module
 from tvm_fusion_hw.schedules.base.source_access import source_access
-from tvm_fusion_hw.schedules.gemm import rule
-from tvm_fusion_hw.schedules.gemm.normalize import gemm_index_maps
+from tvm_fusion_hw.schedules.gemm.normalize import gemm_index_maps, last_index_is_spatial, row_col_iters
 from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.dlight.gpu.matmul import get_reduction_blocks
 
@@ -38,8 +37,8 @@ for spec in sys.argv[1:]:
             continue
         gemms += 1
         every = [iv.var for iv in stmt.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
-        old = tuple(rule._last_index_is_spatial(every, ix[-1]) for _, ix in sources)
-        new = tuple(rule._last_index_is_spatial(rule._row_col_iters(stmt, maps[0]), ix[-1]) for _, ix in sources)
+        old = tuple(last_index_is_spatial(every, ix[-1]) for _, ix in sources)
+        new = tuple(last_index_is_spatial(row_col_iters(stmt, maps[0]), ix[-1]) for _, ix in sources)
         if old != new:
             changed.append(f"{gv.name_hint} {old}->{new}")
     print(f"{spec}: {len(changed)} of {gemms} GEMM kernels change", *changed, sep="\n  ", flush=True)
