@@ -85,7 +85,7 @@ def remodelled_s(problem: dict, tile: dict, profile: str = "nvidia-h200",
     """The tile's time under today's cost model on ``profile``, with ``changes`` to its ``GemmConfig``
     fields (None where it no longer fits)."""
     model = _remodelled(problem, tile, profile, changes)
-    return None if model is None else model[1][0]
+    return None if model is None else model[0].time_s
 
 
 def _remodelled(problem: dict, tile: dict, profile: str, changes: Optional[dict]):
@@ -99,8 +99,7 @@ def _remodelled(problem: dict, tile: dict, profile: str, changes: Optional[dict]
               "fetch_vector_inner": tuple(problem.get("fetch_vector_inner", (False, False))),
               "prologue_instructions": tuple(problem.get("prologue_instructions", (0, 0)))}
     stages = tile.get("async_stages", 0)
-    gemm = tiles.GemmProblem(**fields)
-    model = tiles._model(gemm, limits, config, tile["thread_rows"],
+    model = tiles._model(tiles.GemmProblem(**fields), limits, config, tile["thread_rows"],
                          tile["thread_cols"], tile["micro_rows"], tile["micro_cols"], tile["depth_step"],
                          tile["split_k"], tile.get("prefetch", False), tile.get("vector_width", 1), stages > 1,
                          stages or None)
@@ -108,7 +107,7 @@ def _remodelled(problem: dict, tile: dict, profile: str, changes: Optional[dict]
         return None
     model = dataclasses.replace(model, warp_slow=tile.get("warp_slow", model.warp_slow),
                                 warp_fast=tile.get("warp_fast", model.warp_fast))
-    return model, tiles.rank_key(gemm, model)
+    return model, tiles.rank_key(model)
 
 
 def pick_against_fastest(case: dict, profile: str, changes: Optional[dict] = None):

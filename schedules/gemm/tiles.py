@@ -186,13 +186,14 @@ def _rank(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile]:
                     for tile in _tiles_of(problem, limits, config, thread_rows, thread_cols, micro_rows, micro_cols,
                                           depth_step, split_k, only_async):
                         tiles.append(tile)
-    tiles.sort(key=lambda t: rank_key(problem, t))
+    tiles.sort(key=rank_key)
     return tiles
 
 
-def rank_key(problem: GemmProblem, tile: GemmTile) -> tuple:
-    """The ranking's order: modelled time, then among equal times the larger block, no split,
-    prefetch, fewer ``cp.async`` stages, static shared memory, the default warp layout."""
+def rank_key(tile: GemmTile) -> tuple:
+    """The ranking's order: modelled time, then among equal times the larger block, the smaller
+    split, prefetch, ``cp.async`` with the fewest stages, static shared memory, the default warp
+    layout."""
     return (tile.time_s, -tile.block_rows * tile.block_cols, tile.split_k, not tile.prefetch, not tile.async_stages,
             tile.async_stages, tile.shared_scope != "shared", tile.warp_slow)
 
