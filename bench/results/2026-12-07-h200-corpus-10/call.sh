@@ -33,7 +33,7 @@ unpack() { # bundle: the runtime copied in, once
     (cd $C/$b/cubin && ls *.bin | xargs -P 16 -n 16 xz -0)
     xz -d $C/$b/manifest.json.xz
   fi
-  # the fusion reports as one archive where the call had to shrink (the batch-1 call, 43 models)
+  # the fusion reports, packed by pack_solid.sh
   [ -f $C/$b.reports.tar.xz ] && tar -C $C/$b -xJf $C/$b.reports.tar.xz
   return 0
 }
