@@ -80,14 +80,20 @@ gemmprof() {  # GEMM tile sweeps, each folder of gemmprof.tar.xz timed (here: cf
   fi
   echo "== gemmprof end $(( $(date +%s) - T0 ))s"
 }
-kprof() {  # each kernel of MobileNetV2 and ViT-B/16 at batch 32 timed alone (kernels.md)
+kprof() {  # each kernel of MobileNetV2 and ViT-B/16 (KPROF_MODELS: others of the b32A half) at batch 32 timed alone
   local left=$(( 530 - ($(date +%s) - T0) ))
   [ $left -lt 40 ] && return 0
   unpack b32A
-  timeout $left python3 $C/b32A/run.py --out $R/kprof --models corpus:mobilenet_v2 corpus:vit_b_16 --batches 32 \
+  timeout $left python3 $C/b32A/run.py --out $R/kprof --models ${KPROF_MODELS:-corpus:mobilenet_v2 corpus:vit_b_16} --batches 32 \
     --no-torch --no-graph --no-isolate --repeat 3 --kernel-profile > $R/kprof.log 2>&1
   echo "rc=$?" >> $R/kprof.log; tail -n 1 $R/kprof.log
   echo "== kprof end $(( $(date +%s) - T0 ))s"
+}
+torchk() {  # PyTorch's kernels op by op (bench/torch_kernels.py) for TK_MODELS at batch 32, where time is left
+  local left=$(( 560 - ($(date +%s) - T0) ))
+  [ -z "${TK_MODELS:-}" ] || [ $left -lt 30 ] && return 0
+  timeout $left python3 bench/torch_kernels.py --models $TK_MODELS --batch 32 --out $R/torchk > $R/torchk.log 2>&1
+  echo "rc=$?" >> $R/torchk.log; tail -n 2 $R/torchk.log
 }
 case $what in
   b32A) left=$(( 485 - ($(date +%s) - T0) ))  # the corpus half first; 60 s kept for what follows
@@ -98,11 +104,14 @@ case $what in
     # and ViT's kernels one by one
     [ -z "${NOGEMM:-}" ] && [ $(( $(date +%s) - T0 )) -lt 420 ] && gemmprof
     [ -z "${NOKPROF:-}" ] && kprof  # NOKPROF=1: the half alone (its sweeps ran in their own call)
+    torchk
     [ $(( $(date +%s) - T0 )) -lt 420 ] && sweeps ;;
   gemmprof) gemmprof ;;
   short) gemmprof; kprof ;;  # where the session's device time no longer holds the whole b32A call
   sweeps) sweeps ;;
-  b32B) run b32B 550 480 --torch compile_graphs --torch-warm 15 ;;
+  b32B) run b32B ${SECS:-470} ${BUDGET:-400} --torch compile_graphs --torch-warm 15
+    [ -z "${NOGEMM:-}" ] && [ $(( $(date +%s) - T0 )) -lt 480 ] && gemmprof  # the sweeps this call carries
+    torchk ;;
   b1) run b1 420 330 --no-torch ;;  # PyTorch left out: the device time went to refused starts
   b1t) run ${BUNDLE:-b1} ${SECS:-550} ${BUDGET:-470} ${MODELS:+--models $MODELS} --torch compile_graphs --torch-warm 15 ;;  # batch 1 with
     # torch.compile + CUDA graphs, as far as the budget goes (MODELS: a part of the corpus)
