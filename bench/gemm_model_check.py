@@ -88,9 +88,9 @@ def remodelled_s(problem: dict, tile: dict, profile: str = "nvidia-h200",
     return None if model is None else model[0].time_s
 
 
-def _remodelled(problem: dict, tile: dict, profile: str, changes: Optional[dict]):
-    """``(GemmTile, the ranking's key)`` of a timed tile under today's model, or None."""
-    # pylint: disable=import-outside-toplevel,protected-access
+def _problem_and_model(problem: dict, profile: str, changes: Optional[dict]):
+    """``(GemmProblem, limits, config)``: a sweep's problem, and what the rule ranks it with."""
+    # pylint: disable=import-outside-toplevel
     from tvm_fusion_hw.schedules.gemm import tiles
 
     limits, config = _model(profile)
@@ -98,8 +98,34 @@ def _remodelled(problem: dict, tile: dict, profile: str, changes: Optional[dict]
     fields = {**problem, "fetch_spatial_inner": tuple(problem["fetch_spatial_inner"]),
               "fetch_vector_inner": tuple(problem.get("fetch_vector_inner", (False, False))),
               "prologue_instructions": tuple(problem.get("prologue_instructions", (0, 0)))}
+    return tiles.GemmProblem(**fields), limits, config
+
+
+def tile_choice(tile) -> tuple:
+    """What a tile chooses (a ``GemmTile`` or a sweep's tile dict), without what the model made of it."""
+    get = tile.get if isinstance(tile, dict) else lambda field, default=None: getattr(tile, field, default)
+    return tuple(get(f, 0) for f in ("thread_rows", "thread_cols", "micro_rows", "micro_cols", "depth_step",
+                                     "split_k", "prefetch", "vector_width", "async_stages", "warp_slow"))
+
+
+def ranked_choices(problem: dict, profile: str, changes: Optional[dict] = None) -> set:
+    """The choices of every tile the rule's ranking offers for ``problem``: a sweep also times
+    hand-made tiles (``--tile-change``) that the ranking rules out (cp.async on a short K, 128-bit
+    reads on a short loop), which the model's pick must not be."""
+    # pylint: disable=import-outside-toplevel
+    from tvm_fusion_hw.schedules.gemm import tiles
+
+    return {tile_choice(t) for t in tiles.rank_tiles(*_problem_and_model(problem, profile, changes))}
+
+
+def _remodelled(problem: dict, tile: dict, profile: str, changes: Optional[dict]):
+    """``(GemmTile, the ranking's key)`` of a timed tile under today's model, or None."""
+    # pylint: disable=import-outside-toplevel,protected-access
+    from tvm_fusion_hw.schedules.gemm import tiles
+
+    gemm, limits, config = _problem_and_model(problem, profile, changes)
     stages = tile.get("async_stages", 0)
-    model = tiles._model(tiles.GemmProblem(**fields), limits, config, tile["thread_rows"],
+    model = tiles._model(gemm, limits, config, tile["thread_rows"],
                          tile["thread_cols"], tile["micro_rows"], tile["micro_cols"], tile["depth_step"],
                          tile["split_k"], tile.get("prefetch", False), tile.get("vector_width", 1), stages > 1,
                          stages or None)
@@ -112,15 +138,18 @@ def _remodelled(problem: dict, tile: dict, profile: str, changes: Optional[dict]
 
 def pick_against_fastest(case: dict, profile: str, changes: Optional[dict] = None):
     """``(fastest variant, the model's pick)`` among the case's timed tiles, each as ``(us, modelled
-    s, variant)``, the model with ``changes`` to its config; None with fewer than two tiles the
-    model still takes."""
+    s, variant)``, the model with ``changes`` to its config: the fastest of all, the pick among
+    those the ranking offers (:func:`ranked_choices`); None with fewer than two tiles the model
+    still takes, or none it offers."""
     timed = [(v["us"], _remodelled(case["problem"], v["tile"], profile, changes), v)
              for v in case["variants"] if v.get("tile") and v.get("us")]
     timed = [(us, model[1], v) for us, model, v in timed if model is not None]
-    if len(timed) < 2:
+    offered = ranked_choices(case["problem"], profile, changes)
+    candidates = [row for row in timed if tile_choice(row[2]["tile"]) in offered]
+    if len(timed) < 2 or not candidates:
         return None
     # the pick as the ranking orders tiles: modelled time, then its tie-breaks
-    best, pick = min(timed, key=lambda row: row[0]), min(timed, key=lambda row: row[1])
+    best, pick = min(timed, key=lambda row: row[0]), min(candidates, key=lambda row: row[1])
     return best, (pick[0], pick[1][0], pick[2])
 
 

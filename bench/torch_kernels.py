@@ -64,7 +64,8 @@ def profile_model(name: str, batch: int, compiled: bool) -> Dict[str, object]:
             torch.cuda.synchronize()
     ops = [{"name": f"{e.key} {e.input_shapes}", "us": e.self_device_time_total / ITERATIONS,
             "calls": e.count / ITERATIONS}
-           for e in prof.key_averages(group_by_input_shape=True) if e.self_device_time_total > 0]
+           for e in prof.key_averages(group_by_input_shape=True)
+           if e.device_type.name == "CPU" and e.self_device_time_total > 0]  # ops, not their kernels
     kernels = [{"name": e.key, "us": e.self_device_time_total / ITERATIONS, "calls": e.count / ITERATIONS}
                for e in prof.key_averages() if e.device_type.name == "CUDA" and e.self_device_time_total > 0]
     return {"model": name, "batch": batch, "mode": "compile" if compiled else "eager",

@@ -580,3 +580,21 @@ def test_the_long_step_slowdown_picks_near_the_fastest_measured_tile_of_the_mlp_
     with_slowdown, without = ratios({"long_step_slowdown": 0.3}), ratios({"long_step_slowdown": 0.0})
     assert len(with_slowdown) == 4 and max(with_slowdown) <= 1.15 and geomean(with_slowdown) <= 1.05
     assert max(without) >= 1.2 and geomean(without) >= 1.1
+
+
+#: the H100 sweep of DeiT-T's batch-32 GEMMs: the ranking's tiles and hand-made ones (cp.async on K = 192)
+DEIT_SWEEP = BENCH / "results" / "2026-12-07-h100-corpus-11" / "res" / "b32B" / "gemmprof" / "deitg2" / "sweep_results.json"
+
+
+def test_the_model_check_picks_only_tiles_the_ranking_offers():
+    """A sweep times hand-made tiles too (``--tile-change``); the ones with cp.async on DeiT-T's
+    K = 192 have the lowest modelled time, but the ranking never offers cp.async on so short a K,
+    so the check's pick (what the rule would build) is one of the ranked tiles."""
+    check = load_script(BENCH / "gemm_model_check.py", "gemm_model_check")
+    found = json.loads(DEIT_SWEEP.read_text())
+    case = next(c for c in found["cases"] if c["case"].endswith(":fused_matmul_add2"))
+    offered = check.ranked_choices(case["problem"], found["profile"])
+    forced = [v for v in case["variants"] if v.get("tile") and v["tile"]["async_stages"] > 1]
+    assert forced and all(check.tile_choice(v["tile"]) not in offered for v in forced)
+    _, pick = check.pick_against_fastest(case, found["profile"])
+    assert pick[2]["tile"]["async_stages"] == 0 and check.tile_choice(pick[2]["tile"]) in offered
