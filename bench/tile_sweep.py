@@ -54,6 +54,8 @@ CONFIGS = {
     "new-warp": {**_NEW, "warp_slow_lanes": (4,)},  # and 32 x 64 warp tiles of 4 x 8 lanes (ranked level)
     # and 8 x 16 thread tiles (128 x 256 blocks, one block an SM)
     "new-big": {**_NEW, "async_micro_shapes": ((8, 16), (16, 8)), "min_resident_blocks": 1},
+    # thread tiles of 128 accumulators in 128-thread blocks (cuBLAS's 128 x 128 SIMT tile), ranked
+    "wide": {"wide_micro_shapes": ((8, 16), (16, 8))},
     # one of the new form's three changes at a time, to tell which of them wins where
     "stages": {**_NEW, "unroll_async_depth": False},  # 2-4 buffers, dynamic shared memory, rolled
     "stages-static": {**_NEW, "unroll_async_depth": False, "dynamic_shared_memory": False},
@@ -67,6 +69,7 @@ CONFIGS = {
 CONFIG_FORMS = {
     "new-warp": lambda t: t.warp_slow > 0,
     "new-big": lambda t: t.micro_rows * t.micro_cols > 64,
+    "wide": lambda t: t.micro_rows * t.micro_cols > 64,
 }
 
 

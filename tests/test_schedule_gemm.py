@@ -549,6 +549,48 @@ def test_sm90_new_forms_build_without_spills(new_forms):
             assert kernel.registers <= gpu_limits(target).profile.max_registers_per_thread
 
 
+#: DeiT-T's batch-32 qkv GEMM (M = 32 x 197 tokens), whose cuBLAS tile is 128 x 128 of four warps
+DEIT_QKV = (6304, 576, 192)
+
+
+def test_wide_thread_tiles_are_opt_in_and_only_in_four_warps():
+    """``GemmConfig.wide_micro_shapes``: thread tiles of 128 accumulators, ranked (prefetch through
+    registers too, not only cp.async) but only in 128-thread blocks, and none by default."""
+    target = hw.target(H200)
+    limits = gpu_limits(target)
+    with hw.pass_context(target):
+        config = ImplicitGemm().get_config(target)
+    problem = gemm_tiles.GemmProblem(1, *DEIT_QKV, 4, False, (False, False), (True, True))
+    assert all(t.micro_rows * t.micro_cols <= 64 for t in gemm_tiles.rank_tiles(problem, limits, config))
+    wide = dataclasses.replace(config, wide_micro_shapes=((8, 16), (16, 8)))
+    ranked = gemm_tiles.rank_tiles(problem, limits, wide)
+    big = [t for t in ranked if t.micro_rows * t.micro_cols > 64]
+    assert big and all(t.threads == 4 * limits.profile.warp_size for t in big)
+    assert any(not t.async_stages for t in big)  # K = 192: no cp.async, register prefetch or none
+
+
+def test_wide_thread_tiles_compute_the_same_and_build_without_spills():
+    """A 128 x 128 block of 8 x 16 threads with 16 x 8 each, on a GEMM no block divides: the same
+    numbers on the CPU, and for sm_90 ptxas neither spills nor passes the profile's registers."""
+    target = hw.target(H200)
+    func = _matmul_kernel(200, 136, 192)
+    with hw.pass_context(target):
+        _, best, _ = plan(func, target)
+    tile = dataclasses.replace(best, thread_rows=8, thread_cols=16, micro_rows=16, micro_cols=8, vector_width=4,
+                               depth_step=8, split_k=1, prefetch=True, async_stages=0, unroll_depth=False)
+    with hw.pass_context(target), target:
+        sch = ImplicitGemm().schedule_tile(func, target, tile)
+    assert sch is not None, tile
+    assert_schedule_preserves_numerics(func, sch, reassociates=True, blocks_reversed=True)
+    with tvm.transform.PassContext(opt_level=3), hw.pass_context(target), target:
+        built = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}), target=target)
+    if not toolchain.have_nvcc():
+        pytest.skip("nvcc not found: numerics checked only")
+    for name, kernel in ptxas_kernels(cuda_source(built)).items():
+        assert kernel.spill_store_bytes == kernel.spill_load_bytes == 0, name
+        assert kernel.registers <= gpu_limits(target).profile.max_registers_per_thread
+
+
 # ---- on a GPU ------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_resnet50_on_gpu_matches_stock():

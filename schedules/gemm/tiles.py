@@ -53,6 +53,10 @@ _ASYNC_STAGES = 2
 #: first; bench/results/2026-12-04-h200-gemm-prologues).
 _COMPUTED_LOADS_IN_FLIGHT = 4
 
+#: Threads of the blocks ``GemmConfig.wide_micro_shapes`` are tried in: four warps, as cuBLAS's
+#: 128 x 128 SIMT tiles (a larger block of such thread tiles holds one block an SM)
+WIDE_THREADS = 128
+
 #: Elements a K-major shared row is padded by: keeps 16-byte alignment and moves the transposed
 #: copy's rows 4 banks apart (a 4-way conflict on the once-per-step store, none on the reads).
 K_MAJOR_PAD = 4
@@ -174,13 +178,14 @@ def _rank(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile]:
     tiles = []
     narrowest = min(c for _, c in config.thread_shapes) * min(c for _, c in config.micro_shapes)
     shapes = config.thread_shapes + (config.narrow_thread_shapes if problem.cols < narrowest else ())
-    micro_shapes = config.micro_shapes + tuple(m for m in config.async_micro_shapes if m not in config.micro_shapes)
     for thread_rows, thread_cols in shapes:
         threads = thread_rows * thread_cols
         if threads % limits.profile.warp_size or threads > limits.profile.max_threads_per_block:
             continue
+        wide = config.wide_micro_shapes if threads == WIDE_THREADS else ()
+        micro_shapes = tuple(dict.fromkeys(config.micro_shapes + wide + config.async_micro_shapes))
         for micro_rows, micro_cols in micro_shapes:
-            only_async = (micro_rows, micro_cols) not in config.micro_shapes
+            only_async = (micro_rows, micro_cols) not in config.micro_shapes + wide
             for depth_step in depth_steps(problem, config):
                 for split_k in _splits(problem, depth_step, config):
                     for tile in _tiles_of(problem, limits, config, thread_rows, thread_cols, micro_rows, micro_cols,
