@@ -102,11 +102,11 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
         measured.
     wide_micro_shapes : tuple
         Thread tiles of more accumulators than ``micro_shapes`` (e.g. (8, 16), (16, 8)) tried in
-        blocks of four warps only (``tiles.WIDE_THREADS``): 128 x 128 outputs a block, 128 a
+        blocks of four warps only (``tiles.WIDE_WARPS``): on CUDA 128 x 128 outputs a block, 128 a
         thread, the tile cuBLAS runs DeiT-T's batch-32 qkv GEMM (6304 x 576 x 192) with, 40.6 us on
         an H100 against 61.3 for this rule's pick and 49.8 for the fastest tile swept
-        (``bench/results/2026-12-07-h100-corpus-11``). ptxas: 167-210 registers, no spills, so two
-        blocks an SM. In 256-thread blocks the same thread tiles (128 x 256 blocks, one an SM) ran
+        (``bench/results/2026-12-07-h100-corpus-11``). ptxas (sm_90): 167-254 registers, no spills,
+        so two blocks an SM. In 256-thread blocks the same thread tiles (128 x 256 blocks, one an SM) ran
         slower (``new-big``). Empty by default: not timed.
     warp_slow_lanes : tuple
         Warp tiling for ``cp.async`` vector tiles: a warp's lanes ``L`` along the slow axis by

@@ -53,9 +53,9 @@ _ASYNC_STAGES = 2
 #: first; bench/results/2026-12-04-h200-gemm-prologues).
 _COMPUTED_LOADS_IN_FLIGHT = 4
 
-#: Threads of the blocks ``GemmConfig.wide_micro_shapes`` are tried in: four warps, as cuBLAS's
-#: 128 x 128 SIMT tiles (a larger block of such thread tiles holds one block an SM)
-WIDE_THREADS = 128
+#: Warps of the blocks ``GemmConfig.wide_micro_shapes`` are tried in: four, as cuBLAS's 128 x 128
+#: SIMT tiles (a larger block of such thread tiles holds one block an SM)
+WIDE_WARPS = 4
 
 #: Elements a K-major shared row is padded by: keeps 16-byte alignment and moves the transposed
 #: copy's rows 4 banks apart (a 4-way conflict on the once-per-step store, none on the reads).
@@ -182,7 +182,7 @@ def _rank(problem: GemmProblem, limits: GPULimits, config) -> List[GemmTile]:
         threads = thread_rows * thread_cols
         if threads % limits.profile.warp_size or threads > limits.profile.max_threads_per_block:
             continue
-        wide = config.wide_micro_shapes if threads == WIDE_THREADS else ()
+        wide = config.wide_micro_shapes if threads == WIDE_WARPS * limits.profile.warp_size else ()
         micro_shapes = tuple(dict.fromkeys(config.micro_shapes + wide + config.async_micro_shapes))
         for micro_rows, micro_cols in micro_shapes:
             only_async = (micro_rows, micro_cols) not in config.micro_shapes + wide
