@@ -26,7 +26,7 @@ import lzma
 import math
 import struct
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 _EIATTR_REGCOUNT = 0x2F
 
@@ -153,11 +153,37 @@ def pick_against_fastest(case: dict, profile: str, changes: Optional[dict] = Non
     return best, (pick[0], pick[1][0], pick[2])
 
 
+def prefetch_pair_errors(case: dict, profile: str, changes: Optional[dict] = None) -> Dict[tuple, List[float]]:
+    """The model's error on prefetching, from pairs of timed tiles that differ only in it (register
+    prefetch or none, no cp.async): ``log(measured ratio / modelled ratio)`` of prefetch over none,
+    keyed by ``(BK, "steps<=8" or "steps>8", "waves<1" or "waves>=1")`` of the tile without
+    prefetch. Below 0: prefetch ran better against none than the model says."""
+    timed = {}
+    for v in case["variants"]:
+        model = _remodelled(case["problem"], v["tile"], profile, changes) if v.get("tile") and v.get("us") else None
+        if model is not None:
+            timed[tile_choice(v["tile"])] = (v["us"], model[0])
+    errors: Dict[tuple, List[float]] = {}
+    for choice, (us, tile) in timed.items():
+        if tile.prefetch or tile.async_stages:
+            continue
+        other = timed.get(choice[:6] + (True,) + choice[7:])
+        if other is None:
+            continue
+        steps = -(-case["problem"]["depth"] // (tile.depth_step * tile.split_k))
+        waves = tile.blocks / (tile.blocks_per_multiprocessor * _model(profile)[0].profile.multiprocessor_count)
+        key = (tile.depth_step, "steps<=8" if steps <= 8 else "steps>8", "waves<1" if waves < 1 else "waves>=1")
+        errors.setdefault(key, []).append(math.log((other[0] / us) / (other[1].time_s / tile.time_s)))
+    return errors
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", type=Path, help="the tile_sweep build folder (its sweep.json, its cubins)")
     ap.add_argument("--results", type=Path, nargs="+", help="tile_sweep run's sweep_results.json, one or more")
     ap.add_argument("--registers", action="store_true", help="each tile's estimated and ptxas registers")
+    ap.add_argument("--prefetch-pairs", action="store_true",
+                    help="the model's error on register prefetch, by K step, steps and waves (prefetch_pair_errors)")
     ap.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
                     help="GemmConfig fields changed for the remodelling (e.g. long_step_slowdown=0.3)")
     args = ap.parse_args()
@@ -179,7 +205,7 @@ def main() -> None:
             ap.error(f"--set: {err}")
     if not args.results and not args.sweep:
         ap.error("give --results or --sweep")
-    ratios = []
+    ratios, pairs = [], {}
     for path in args.results or [args.sweep / "sweep.json"]:
         found = json.loads(path.read_text())
         profile = found.get("profile") or "nvidia-h200"  # the early sweeps ran on the H200 alone
@@ -194,6 +220,9 @@ def main() -> None:
                           f"{t['micro_cols']} w{t.get('vector_width', 1)}, stages {t.get('async_stages', 0)}, "
                           f"prefetch {int(t.get('prefetch', False))}: estimated {t['registers_estimate']}, ptxas "
                           f"{ptxas_registers(args.sweep, v.get('cubin_key'))}")
+            if args.prefetch_pairs:
+                for key, errors in prefetch_pair_errors(case, profile, changes).items():
+                    pairs.setdefault(key, []).extend(errors)
             compared = pick_against_fastest(case, profile, changes)
             if compared is None:
                 continue
@@ -204,6 +233,10 @@ def main() -> None:
     if ratios:
         mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
         print(f"model's pick / fastest: geomean {mean:.3f}, worst {max(ratios):.2f} over {len(ratios)} cases")
+    for key in sorted(pairs):
+        errors = pairs[key]
+        print(f"prefetch against none, BK {key[0]}, {key[1]}, {key[2]}: measured / modelled "
+              f"{math.exp(sum(errors) / len(errors)):.2f}x over {len(errors)} pairs")
 
 
 if __name__ == "__main__":

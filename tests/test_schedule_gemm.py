@@ -640,3 +640,18 @@ def test_the_model_check_picks_only_tiles_the_ranking_offers():
     assert forced and all(check.tile_choice(v["tile"]) not in offered for v in forced)
     _, pick = check.pick_against_fastest(case, found["profile"])
     assert pick[2]["tile"]["async_stages"] == 0 and check.tile_choice(pick[2]["tile"]) in offered
+
+
+def test_prefetch_pairs_compare_measured_with_modelled_ratios():
+    """``gemm_model_check.prefetch_pair_errors`` on DeiT-T's qkv sweep: its BK-8 pairs of more
+    than a wave (16 x 16 threads of 4 x 4, scalar reads: 56.6 us without prefetch, 54.1 with,
+    modelled 34.6 and 46.1; and of 2 x 2: 99.2 and 98.2 us, modelled 56.5 and 104.2) measured
+    prefetch better against none than the model has it (0.72x and 0.54x); each key is the tile's
+    K step, steps and waves."""
+    check = load_script(BENCH / "gemm_model_check.py", "gemm_model_check")
+    found = json.loads(DEIT_SWEEP.read_text())
+    case = next(c for c in found["cases"] if c["case"].endswith(":fused_matmul_add2"))
+    errors = check.prefetch_pair_errors(case, found["profile"])
+    assert set(k[0] for k in errors) == {8, 16, 32}
+    bk8 = errors[(8, "steps>8", "waves>=1")]
+    assert len(bk8) == 2 and all(math.exp(e) < 0.8 for e in bk8)
