@@ -70,10 +70,22 @@ def test_variant_rule_knobs():
                                                           "dynamic_shared_memory": True}}
 
 
+def test_variant_shape_knobs():
+    """Fields of shapes take ``AxB`` parts, also where their default is empty (wide thread tiles)."""
+    spec = parse_variant("wide:corpus:deit_tiny:ImplicitGemm.wide_micro_shapes=8x16+16x8,"
+                         "ImplicitGemm.thread_shapes=16x8,ImplicitGemm.prefetch_overhead_steps=8")
+    assert rule_config_changes(spec) == {"ImplicitGemm": {"wide_micro_shapes": ((8, 16), (16, 8)),
+                                                          "thread_shapes": ((16, 8),),
+                                                          "prefetch_overhead_steps": 8}}
+    with config_changes(rule_config_changes(spec)):
+        config = ImplicitGemm().get_config(hw.target(H200))
+    assert config.wide_micro_shapes == ((8, 16), (16, 8)) and config.thread_shapes == ((16, 8),)
+
+
 @pytest.mark.parametrize("spec, message", [
     ("a:m:Gemm.max_split_k=1", "unknown schedule rule(s) Gemm"),
     ("a:m:ImplicitGemm.split=1", "ImplicitGemm.Config has no field 'split'"),
-    ("a:m:ImplicitGemm.thread_shapes=16", "ImplicitGemm.thread_shapes holds tuples"),
+    ("a:m:ImplicitGemm.thread_shapes=16", "thread_shapes='16', expected shapes such as 8x16 joined by '+'"),
     ("a:m:ImplicitGemm.max_split_k=many", "max_split_k='many', expected int"),
     ("a:m:ImplicitGemm.async_stages=2+x", "expected ints joined by '+'"),
 ])

@@ -655,3 +655,22 @@ def test_prefetch_pairs_compare_measured_with_modelled_ratios():
     assert set(k[0] for k in errors) == {8, 16, 32}
     bk8 = errors[(8, "steps>8", "waves>=1")]
     assert len(bk8) == 2 and all(math.exp(e) < 0.8 for e in bk8)
+
+
+def test_prefetch_overhead_only_on_short_loops_when_asked():
+    """``GemmConfig.prefetch_overhead_steps``: 0 (the default) charges every prefetching loop the
+    overhead; with 8, a loop of 24 steps (K 192 at BK 8) is modelled faster and one of 4 (K 32)
+    the same. Loops without prefetch do not move."""
+    target = hw.target(H200)
+    limits = gpu_limits(target)
+    default = ImplicitGemm.Config()
+    short_only = dataclasses.replace(default, prefetch_overhead_steps=8)
+    assert default.prefetch_overhead_steps == 0
+
+    def modelled(config, depth, prefetch):
+        problem = gemm_tiles.GemmProblem(1, 6304, 576, depth, 4, False, (False, False), (True, True))
+        return gemm_tiles._model(problem, limits, config, 16, 16, 4, 4, 8, 1, prefetch, 1).time_s
+
+    assert modelled(short_only, 192, True) < modelled(default, 192, True)
+    assert modelled(short_only, 32, True) == modelled(default, 32, True)
+    assert modelled(short_only, 192, False) == modelled(default, 192, False)

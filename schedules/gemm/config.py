@@ -41,6 +41,13 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
         last two terms), at worst 1.32x. Counting the last partial wave by the blocks it holds
         brought the corpus' 20 heaviest GEMMs from 1.11x to 1.04x (worst 1.61x to 1.15x;
         ``bench/results/2026-12-03-h200-corpus-8``, ``bench/gemm_model_check.py``).
+    prefetch_overhead_steps : int
+        K loops of at most this many steps pay ``prefetch_overhead_s`` (0: every loop). Timed pairs
+        of tiles that differ only in register prefetch (``bench/gemm_model_check.py
+        --prefetch-pairs``, 107 sweeps in ``bench/results``): on loops of more than 8 steps at BK
+        8, prefetch ran 0.74-0.81x what the model gives it against no prefetch, on short loops
+        1.14x; with 8, the pairs of longer loops come within 0.96-1.01x and the pick goes from
+        1.087x to 1.080x the fastest tile (worst 1.44x to 1.35x). 0 by default: not timed end to end.
     long_step_depth, long_step_slowdown : int, float
         K steps (BK) at least ``long_step_depth`` deep issue ``1 + long_step_slowdown`` times slower
         than their instruction count: measured over modelled time is 0.8-0.9 at BK 8, 1.3-1.5 at 16
@@ -128,6 +135,7 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
     step_latency_s: float = 0.3e-6
     load_latency_s: float = 0.01e-6
     prefetch_overhead_s: float = 0.3e-6
+    prefetch_overhead_steps: int = 0
     long_step_depth: int = 32
     long_step_slowdown: float = 0.0
     fixed_registers: int = 40

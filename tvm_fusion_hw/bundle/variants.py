@@ -20,7 +20,8 @@ Both P must be NVIDIA profiles (the bundle's runner runs CUDA).
 ``RULE.FIELD=VALUE`` changes one field of a schedule template's search bounds for the variant
 (:mod:`tvm_fusion_hw.schedules.base.config_changes`), e.g. ``ImplicitGemm.long_step_slowdown=0.3``:
 a cost-model change timed against the default build in one bundle. The field must be a number, a
-``true``/``false`` or a ``+``-separated tuple of numbers.
+``true``/``false``, or a ``+``-separated tuple of numbers or of shapes
+(``ImplicitGemm.wide_micro_shapes=8x16+16x8``).
 """
 
 from __future__ import annotations
@@ -78,23 +79,40 @@ def _rule_config_default(spec: str, key: str) -> object:
                             f"(fields: {', '.join(sorted(fields))})")
     found = fields[field]
     default = found.default if found.default is not dataclasses.MISSING else found.default_factory()  # type: ignore[misc]
-    if isinstance(default, tuple) and not all(isinstance(v, (int, float)) for v in default):
-        raise FusionHWError(f"--variant {spec!r}: {key} holds tuples; only numbers, booleans and "
-                            "tuples of numbers can be changed here")
+    if isinstance(default, tuple) and not all(isinstance(v, (int, float)) or _is_shape(v) for v in default):
+        raise FusionHWError(f"--variant {spec!r}: {key} holds tuples; only numbers, booleans, "
+                            "tuples of numbers and of shapes can be changed here")
     return default
 
 
+def _is_shape(value: object) -> bool:
+    return isinstance(value, tuple) and all(isinstance(v, int) for v in value)
+
+
+def _shape(text: str) -> List[int]:
+    """``"8x16"`` -> ``[8, 16]``; ValueError for anything with fewer than two sizes."""
+    sizes = [int(d) for d in text.split("x")]
+    if len(sizes) < 2:
+        raise ValueError(text)
+    return sizes
+
+
 def _rule_config_value(spec: str, key: str, text: str) -> object:
-    """``text`` as ``RULE.FIELD``'s type: a tuple of numbers from ``+``-separated ones."""
+    """``text`` as ``RULE.FIELD``'s type: a tuple of numbers from ``+``-separated ones, or of
+    shapes (``8x16+16x8``) where the field holds shapes (or holds nothing and the text is shapes)."""
     default = _rule_config_default(spec, key)
     if not isinstance(default, tuple):
         return _value(spec, key, text, default)
-    kind = type(default[0]) if default else int
+    parts = [part.strip() for part in text.split("+") if part.strip()]
+    shapes = any(_is_shape(v) for v in default) or (not default and any("x" in part for part in parts))
+    kind = type(default[0]) if default and not shapes else int
     try:
-        return [kind(part) for part in text.split("+") if part.strip()]
+        if shapes:
+            return [_shape(part) for part in parts]
+        return [kind(part) for part in parts]
     except ValueError:
-        raise FusionHWError(f"--variant {spec!r}: {key}={text!r}, expected "
-                            f"{kind.__name__}s joined by '+'") from None
+        wanted = "shapes such as 8x16" if shapes else f"{kind.__name__}s"
+        raise FusionHWError(f"--variant {spec!r}: {key}={text!r}, expected {wanted} joined by '+'") from None
 
 
 def _value(spec: str, key: str, text: str, default: object) -> object:
@@ -202,5 +220,10 @@ def rule_config_changes(spec: VariantSpec) -> Dict[str, Dict[str, object]]:
     for key, value in spec.knobs.items():
         if "." in key:
             rule, _, field = key.partition(".")
-            out.setdefault(rule, {})[field] = tuple(value) if isinstance(value, list) else value
+            out.setdefault(rule, {})[field] = _frozen(value)
     return out
+
+
+def _frozen(value: object) -> object:
+    """A knob's value as a config holds it: JSON's lists (of lists) as tuples, hashable."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
