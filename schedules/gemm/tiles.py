@@ -330,9 +330,9 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
         latency *= math.ceil(computed / _COMPUTED_LOADS_IN_FLIGHT)
     # With S shared buffers a step waits for a copy issued S - 1 steps before: a share of the latency.
     hidden = latency / (stages - 1) if async_copy else latency
-    # the prefetch's overhead where its loop is short (``GemmConfig.prefetch_overhead_steps``)
-    overhead = config.prefetch_overhead_s if not config.prefetch_overhead_steps or steps <= config.prefetch_overhead_steps \
-        else 0.0
+    # the prefetch's overhead, on every loop or on short ones only (``GemmConfig.prefetch_overhead_steps``)
+    short_loop = not config.prefetch_overhead_steps or steps <= config.prefetch_overhead_steps
+    overhead = config.prefetch_overhead_s if short_loop else 0.0
     lone_step = max(hidden + overhead, step_compute) if prefetch else latency + step_compute
 
     def wave_s(resident: int) -> float:
