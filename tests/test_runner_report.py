@@ -55,3 +55,13 @@ def test_rows_whose_stock_failed_say_so_and_draw_no_bar(tmp_path):
     assert fig.axes[0].get_legend() is None and not fig.axes[0].patches
     assert runner_report.write_plot(results, tmp_path / "results.png") == ""
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_variant_knobs_of_shapes_are_written_as_the_command_line_spells_them(tmp_path):
+    """corpus-12's run: knobs that hold shapes (lists of lists) broke results.md after timing."""
+    results = load(RESULTS / "2026-12-07-h100-corpus-12" / "res" / "e2e.json")
+    lines = runner_report.variants_table(results["rows"])
+    wide = [line for line in lines if "| deit_tiny_both |" in line]
+    assert len(wide) == 1
+    assert "ImplicitGemm.wide_micro_shapes=8x16+16x8, ImplicitGemm.prefetch_overhead_steps=8" in wide[0]
+    assert runner_report.knob_text(["GemmPrologue", "ImplicitGemm"]) == "GemmPrologue+ImplicitGemm"

@@ -96,6 +96,15 @@ def write_markdown(results, path):
     path.write_text("\n".join(lines) + "\n")
 
 
+def knob_text(value):
+    """A variant knob's value as --variant spells it: a list as ``A+B``, a shape as ``8x16``."""
+    if isinstance(value, list):
+        if value and all(isinstance(v, (int, float)) for v in value):
+            return "x".join(str(v) for v in value)
+        return "+".join(knob_text(v) for v in value)
+    return str(value)
+
+
 def variants_table(rows):
     """Lines of results.md's table of the bundle's extra variants (none: no lines)."""
     out = []
@@ -103,7 +112,7 @@ def variants_table(rows):
         hw_ms = row.get("times_s", {}).get("hw")
         for key, knobs in (row.get("knobs") or {}).items():
             t, acc, groups = row["times_s"].get(key), row["accuracy"].get(key), row.get("groups", {})
-            text = ", ".join(f"{k}={'+'.join(v) if isinstance(v, list) else v}" for k, v in knobs.items())
+            text = ", ".join(f"{k}={knob_text(v)}" for k, v in knobs.items())
             ratio = f"{t / hw_ms:.2f}x" if t and hw_ms else "-"
             err = f"{acc['rel_l2']:.1e}" + ("" if acc["ok"] else " FAIL") if acc else "-"
             out.append(f"| {row['model']} | {row['batch']} | {key} | {text} | {groups.get('hw', '-')} / "
