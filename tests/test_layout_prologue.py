@@ -19,6 +19,7 @@ import tvm
 from tvm import relax, s_tir, te, topi
 
 import tvm_fusion_hw as hw
+from tvm_fusion_hw.fusion.calibrations import CALIBRATIONS, calibration_key
 from tvm_fusion_hw.fusion.prologue_rule import GEMM_PROLOGUE
 from tvm_fusion_hw.hardware import toolchain
 from tvm_fusion_hw.pipeline import fused_module
@@ -165,6 +166,48 @@ def test_a_concatenation_is_declined_with_its_reason():
     assert len(kernels(bb.get(), fuse)) == 2
     decision = next(d for d in fuse.report.decisions if d.rule == GEMM_PROLOGUE)
     assert not decision.fused and decision.reason.startswith("layout -> matmul") and "cannot compute" in decision.reason
+
+
+def test_a_layout_prologue_is_weighed_by_the_copies_measured_calibration():
+    """ViT-B/16's qkv projection at batch 32 reads its input through a transpose. Weighed with the
+    squeeze-and-excitation calibration (computed prologues) it stayed apart (fused 835.9 against
+    795.1 us); the layout calibration, measured on those kernels (fused 1.62x its plan, the GEMM alone
+    1.63x), fuses it. A computed prologue still takes the other calibration."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((32, 197, 768), "float32"))
+    w = relax.Var("w", relax.TensorType((768, 2304), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            tokens_first = bb.emit(relax.op.permute_dims(x, [1, 0, 2]))
+            out = bb.emit_output(relax.op.matmul(tokens_first, w))
+        bb.emit_func_output(out)
+    fuse = hw.fusion_pass(hw.target("nvidia-h100-sxm"))
+    assert kernels(bb.get(), fuse) == ["fused_transpose_matmul"]
+    (decision,) = [d for d in fuse.report.decisions if d.rule == GEMM_PROLOGUE]
+    assert decision.fused and decision.reason.startswith("layout -> matmul")
+    layout = CALIBRATIONS[calibration_key("ImplicitGemm", layout_prologue=True)]
+    assert decision.figures["calibration"] == layout.source != CALIBRATIONS["ImplicitGemm"].source
+    assert decision.figures["model_error_fused"] == pytest.approx(layout.k_fused, abs=1e-3)
+
+
+def test_a_copy_that_also_computes_is_weighed_as_a_computed_prologue():
+    """A reshape with a scale after it (PoolFormer's layer scale before its 1x1 conv) loses
+    cp.async like any computed prologue: the computed prologues' calibration weighs it."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((32, 49, 512), "float32"))
+    s = relax.Var("s", relax.TensorType((512,), "float32"))
+    w = relax.Var("w", relax.TensorType((512, 2048), "float32"))
+    with bb.function("main", [x, s, w]):
+        with bb.dataflow():
+            rows = bb.emit(relax.op.reshape(x, (32 * 49, 512)))
+            scaled = bb.emit(relax.op.multiply(rows, s))
+            out = bb.emit_output(relax.op.matmul(scaled, w))
+        bb.emit_func_output(out)
+    fuse = hw.fusion_pass(hw.target("nvidia-h100-sxm"))
+    kernels(bb.get(), fuse)
+    (decision,) = [d for d in fuse.report.decisions if d.rule == GEMM_PROLOGUE]
+    assert decision.reason.startswith("layout -> matmul") and "cost_fused_us" in decision.figures
+    assert decision.figures["calibration"] == CALIBRATIONS["ImplicitGemm"].source
 
 
 def test_a_concatenation_selects_and_a_padding_does_not():

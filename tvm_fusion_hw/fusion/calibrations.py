@@ -245,3 +245,36 @@ CALIBRATIONS["WinogradConv2d"] = _from_file("winograd-h200.json")
 #: 3-channel layer's, which writes 21 times its input.
 CALIBRATIONS["WinogradGemm"] = _from_file("winograd-h200.json", streaming="gemm_streaming", fused="", apart="",
                                           smallest="")
+
+#: A GEMM prologue that only moves elements (prologue_rule.py's "layout" prologue: a transpose, a
+#: reshape, a slice read through the composed index) is weighed with its own calibration: it keeps
+#: ``cp.async`` and computes nothing, so the squeeze-and-excitation scales behind
+#: ``CALIBRATIONS["ImplicitGemm"]`` (computed prologues, whose fused kernels ran 1.07x their plans'
+#: error apart) overcharge it. Keyed by the template and this suffix (:func:`calibration_key`).
+LAYOUT_PROLOGUE = "layout prologue"
+
+
+def calibration_key(template: str, layout_prologue: bool = False) -> str:
+    """The key of ``CALIBRATIONS`` a plan of ``template`` is weighed by."""
+    return f"{template} {LAYOUT_PROLOGUE}" if layout_prologue else template
+
+
+_H100_LAYOUT_PROLOGUE = (
+    "bench/results/2026-12-07-h100-corpus-12/res/kernels.md (H100, measured per kernel, ViT-B/16 b32: "
+    "hw against the pair_cost=false variant, whose only change is the two layout prologues a layer) "
+    "against the templates' models at commit ed52ee9 on the nvidia-h100-sxm profile; smallest: "
+    "CALIBRATIONS['ImplicitGemm']'s (a launch and its tail, on the H200: no kernel of this run is that small)")
+
+#: ViT-B/16 at batch 32: the attention input's transpose in the qkv projection and the output's
+#: transpose + reshape in the output projection, fused; apart, the same GEMMs alone (the copies
+#: are streaming kernels, costed at their floor). Streaming: those two copies.
+CALIBRATIONS[calibration_key("ImplicitGemm", layout_prologue=True)] = Calibration(
+    source=_H100_LAYOUT_PROLOGUE,
+    fused=(("vit_b_16 b32 transpose1 + matmul", 6744.79 / 12, 375.53),
+           ("vit_b_16 b32 transpose5_reshape4 + matmul3", 2630.08 / 12, 125.94)),
+    apart=(("vit_b_16 b32 matmul", 6779.80 / 12, 375.53),
+           ("vit_b_16 b32 matmul3", 2651.98 / 12, 125.94)),
+    streaming=(("vit_b_16 b32 transpose1", 38731776, 143.02 / 12, 3.35e12),
+               ("vit_b_16 b32 transpose5_reshape4", 38731776, 142.15 / 12, 3.35e12)),
+    smallest=CALIBRATIONS["ImplicitGemm"].smallest,
+)

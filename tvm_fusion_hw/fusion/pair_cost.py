@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from tvm_fusion_hw.hardware.profile import HardwareProfile
 from tvm_fusion_hw.plans import KernelPlan
 
-from .calibrations import CALIBRATIONS, Calibration
+from .calibrations import CALIBRATIONS, Calibration, calibration_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,10 +116,13 @@ def _part(plan: KernelPlan | None, flops: float, nbytes: int, profile: HardwareP
 
 
 def pair_cost(profile: HardwareProfile, fused_plan: KernelPlan, fused_bytes: int,
-              parts: Sequence[tuple[KernelPlan | None, float, int]]) -> PairCost | None:
+              parts: Sequence[tuple[KernelPlan | None, float, int]],
+              layout_prologue: bool = False) -> PairCost | None:
     """Cost both plans of a pair; None when the fused plan's template has no measured model error
-    (or gives no modelled time). ``parts`` are ``(plan or None, FLOPs, compulsory bytes)``."""
-    cal = CALIBRATIONS.get(fused_plan.template)
+    (or gives no modelled time). ``parts`` are ``(plan or None, FLOPs, compulsory bytes)``;
+    ``layout_prologue``: the fused plan reads a copy through its index, weighed by that calibration
+    (:func:`~.calibrations.calibration_key`)."""
+    cal = CALIBRATIONS.get(calibration_key(fused_plan.template, layout_prologue))
     work = fused_plan.compute_s or fused_plan.time_s
     if cal is None or work <= 0 or len(parts) != 2:
         return None

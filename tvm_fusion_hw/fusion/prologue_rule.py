@@ -18,9 +18,10 @@ at batch 1 the producer's own kernel costs more than its bytes).
 Copies that only move elements are prologues too (``layout_prologues``): attention's transposes
 and reshapes around its batched matmuls, a squeeze, a slice. The loads read the copy's input
 through the composed index (the template coalesces them along that buffer's contiguous axis), the
-copy's kernel and its round trip go, and a copy that computes nothing keeps ``cp.async``. A
-concatenation is declined by the template: choosing each element among its inputs is a chain of
-compares the plan does not count.
+copy's kernel and its round trip go, and a copy that computes nothing keeps ``cp.async``; such a
+pair is weighed with the copies' own measured calibration (``calibration_key(..., layout_prologue=
+True)``), not the computed prologues'. A concatenation is declined by the template: choosing each
+element among its inputs is a chain of compares the plan does not count.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class GemmPrologueRule:
         # a layout prologue moves elements (a transpose, a reshape, a slice): the loads read
         # through the composed index
         light = "layout" if any(info.pattern == INJECTIVE for info in producer.infos) else "element-wise"
+        # one that only moves elements keeps cp.async and computes nothing: its own calibration
+        moves_only = all(info.pattern == INJECTIVE for info in producer.infos)
 
         def decision(fused: bool, reason: str) -> Decision:
             return Decision(GEMM_PROLOGUE, producer.label, consumer.label, fused,
@@ -101,7 +104,7 @@ class GemmPrologueRule:
         cost = None if merged.cost.symbolic or not cfg.pair_cost or alone is None else pair_cost(
             p, plan, merged.cost.compulsory_bytes,
             [(None, producer.cost.flops, producer.cost.compulsory_bytes),
-             (alone, consumer.cost.flops, consumer.cost.compulsory_bytes)])
+             (alone, consumer.cost.flops, consumer.cost.compulsory_bytes)], layout_prologue=moves_only)
         if cost is not None:  # the template's model was measured: weigh both plans' times
             figures.update(cost.figures())
             if not cost.fuses:
