@@ -247,6 +247,17 @@ def test_variants_need_unique_names_and_bundled_models(tmp_path):
     assert not (tmp_path / "b").exists()  # rejected before anything is written
 
 
+def test_no_stock_bundle_builds_hw_and_its_variants(tmp_path):
+    """``--no-stock``: the hw library and the variants, no stock library (the runner then checks
+    each against hw, its first library)."""
+    assert bundle.bundle_main(["--out", str(tmp_path), "--models", "eltwise5", "--batches", "1", "--target", "llvm",
+                               "--no-stock", "--quiet", "--variant", "split:eltwise5:max_depth=1"]) == 0
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    (entry,) = manifest["entries"]
+    assert [v["name"] for v in entry["variants"]] == ["hw", "split"]
+    assert sorted(p.name for p in tmp_path.glob("*.so*")) == sorted(v["stored"] for v in entry["variants"])
+
+
 def test_torch_only_bundle_compiles_nothing(tmp_path):
     """``--torch-only``: the runner's entries (inputs, weights, roofline) and no library."""
     assert bundle.bundle_main(["--out", str(tmp_path), "--models", "eltwise5", "--batches", "1", "4",

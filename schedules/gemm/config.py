@@ -47,7 +47,10 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
         --prefetch-pairs``, 107 sweeps in ``bench/results``): on loops of more than 8 steps at BK
         8, prefetch ran 0.74-0.81x what the model gives it against no prefetch, on short loops
         1.14x; with 8, the pairs of longer loops come within 0.96-1.01x and the pick goes from
-        1.087x to 1.080x the fastest tile (worst 1.44x to 1.35x). 0 by default: not timed end to end.
+        1.087x to 1.080x the fastest tile (worst 1.44x to 1.35x). 0 by default: end to end
+        (``bench/results/2026-12-07-h100-corpus-12``) 8 made DeiT-T, GPT-2 and LLaMA 2-4% faster at
+        batch 32 and ViT-B's P . V 1.24x slower (small prefetching blocks, whose per-step cost the
+        overhead also stood for); the rest of the corpus is not timed.
     long_step_depth, long_step_slowdown : int, float
         K steps (BK) at least ``long_step_depth`` deep issue ``1 + long_step_slowdown`` times slower
         than their instruction count: measured over modelled time is 0.8-0.9 at BK 8, 1.3-1.5 at 16
@@ -114,7 +117,9 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
         an H100 against 61.3 for this rule's pick and 49.8 for the fastest tile swept
         (``bench/results/2026-12-07-h100-corpus-11``). ptxas (sm_90): 167-254 registers, no spills,
         so two blocks an SM. In 256-thread blocks the same thread tiles (128 x 256 blocks, one an SM) ran
-        slower (``new-big``). Empty by default: not timed.
+        slower (``new-big``). Empty by default: timed in ``bench/results/2026-12-07-h100-corpus-12``,
+        the wide tile is the fastest on 1 of 16 transformer GEMMs and makes ViT-B and LLaMA slower
+        end to end (the model, which ranks it first on 6, counts no latency it leaves unhidden).
     warp_slow_lanes : tuple
         Warp tiling for ``cp.async`` vector tiles: a warp's lanes ``L`` along the slow axis by
         ``warp_size / L`` along the fast one, each warp a sub-tile (``GemmTile.warp_slow``). It

@@ -121,9 +121,10 @@ def variants_table(rows):
     if not out:
         return []
     return ["", "## Variants", "", "Extra libraries: the hw pipeline with other knobs (bundle --variant), "
-            "checked against stock. variant/hw = variant time / hw time (above 1: hw's grouping is faster).",
+            "checked against stock (against hw in a bundle built --no-stock). variant/hw = variant time / "
+            "hw time (above 1: hw's grouping is faster).",
             "", "| model | batch | variant | knobs | groups of main (hw / variant) | stock | hw | variant "
-            "| variant/hw | rel L2 vs stock |",
+            "| variant/hw | rel L2 vs reference |",
             "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |", *out]
 
 

@@ -358,12 +358,15 @@ def bundle_main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--torch-only", action="store_true",
                         help="compile no library: the entries (inputs, weights, roofline) that the "
                              "runner's --torch-only times PyTorch on")
+    parser.add_argument("--no-stock", action="store_true",
+                        help="build no stock library: hw and its variants, checked against hw (a variant's "
+                             "comparison, where stock's libraries and binaries would not fit a device call)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
     if args.torch_only and args.variants:
         raise FusionHWError("--variant builds a library; --torch-only builds none")
     manifest = write_bundle(args.out, args.models, args.batches, profile=args.profile,
-                            pipelines=() if args.torch_only else PIPELINES,
+                            pipelines=() if args.torch_only else ("hw",) if args.no_stock else PIPELINES,
                             cuda_graph=not args.no_graph, progress=not args.quiet,
                             target=args.target, python_versions=args.python_versions,
                             compress=not args.no_compress, precompile=not args.no_precompile,

@@ -14,6 +14,7 @@
 set -u
 export PYTHONUNBUFFERED=1
 # another set of models: CALL=.bundle_callF EMU=emu12 MODELS="a b ..." KPROF= (no kernel profile);
+# END_S: seconds from its start by which the ncu runs stop (default 540; less where a call runs it after other work).
 # MODELS in the bundle's order (the DRAM CSVs are joined in it), the GEMM profile only where the
 # call carries gemmprof.tar.xz
 C=${CALL:-.bundle_callE}
@@ -49,7 +50,7 @@ fi
 NCU="ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum --cache-control all --csv --page raw --print-units base"
 RUN="--no-graph --no-torch --no-isolate --repeat 1 --number 1 --min-repeat-ms 0"
 for m in $MODELS; do
-  left=$(( 540 - ($(date +%s) - T0) ))
+  left=$(( ${END_S:-540} - ($(date +%s) - T0) ))
   [ $left -lt 30 ] && break
   timeout $left $NCU --log-file /tmp/dram_$m.csv python3 $B/run.py --out /tmp/ncu_$m --models corpus:$m \
     --batches 1 32 $RUN > $R/emu/ncu_$m.log 2>&1; echo "rc=$?" >> $R/emu/ncu_$m.log
