@@ -1,9 +1,11 @@
 """Measured model errors of the pair templates: what :mod:`.pair_cost` weighs a pair's plans with.
 
-Each entry comes from one run on an H200: every fused kernel of the pair template and the same
-pairs built apart, each kernel's measured time per call against its template's modelled time, and
-memory-bound kernels of that run for the fraction of DRAM bandwidth a streaming kernel reaches.
-The rows are what ``bench/pair_calibration.py`` prints for a run; their source names it.
+Each entry comes from one run on an H200 (the layout prologues': an H100, against the H100
+profile's model): every fused kernel of the pair template and the same pairs built apart, each
+kernel's measured time per call against its template's modelled time, and memory-bound kernels of
+that run for the fraction of DRAM bandwidth a streaming kernel reaches. The rows are what
+``bench/pair_calibration.py`` prints for a run (the layout prologues': a run's kernels.md, read by
+hand); their source names it.
 """
 
 from __future__ import annotations

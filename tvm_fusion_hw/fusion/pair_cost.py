@@ -18,9 +18,9 @@ compulsory DRAM bytes of the fusion's own cost analysis (the two parts together 
 intermediate's round trip more than the fused kernel), ``BW`` the profile's DRAM bandwidth. The
 ``k`` are the templates' measured model errors, ``eta`` the fraction of the bandwidth a streaming
 kernel reached and ``t_0`` the least time a kernel took (launch and tail; 0 where the run did not
-measure it), all measured on an H200 (:mod:`.calibrations`, with their sources). The pair fuses
-where ``t_f < t_a``. The decision states it as the ridge point against the break-even ridge: the
-ridge (the profile's peak held, its bandwidth varied) at which the two plans' times meet.
+measure it), measured on an H200 or an H100 (:mod:`.calibrations`, with their sources). The pair
+fuses where ``t_f < t_a``. The decision states it as the ridge point against the break-even ridge:
+the ridge (the profile's peak held, its bandwidth varied) at which the two plans' times meet.
 
 Only templates with a measured model error are weighed: the rule needs ``k``, and a guess would
 decide silently.
