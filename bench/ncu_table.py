@@ -34,6 +34,13 @@ COLUMNS = (
     ("shared ld wavefronts", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", 1.0),
     ("shared ld conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", 1.0),
 )
+#: (column title, what it is computed from): shown where the run collected its metrics
+DERIVED = (
+    # the share of issued warp instructions that are FFMAs (a thread's FFMAs over 32 lanes)
+    ("FFMA % of issued", lambda m: 100 * m["smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"] / 32
+     / m["smsp__inst_executed.sum"]),
+    ("SM GHz", lambda m: m["sm__cycles_elapsed.avg.per_second"] / 1e9),
+)
 _STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 
 
@@ -75,17 +82,30 @@ def stalls(launch: Dict[str, str], top: int = 3) -> List[tuple]:
 
 def table(launches: List[Dict[str, str]], names: Optional[List[str]] = None) -> str:
     """The markdown table (``names``: one per launch, else ncu's kernel names)."""
-    head = ["launch"] + [title for title, _, _ in COLUMNS] + ["top stalls (cycles per issue)"]
-    lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * len(COLUMNS) + " --- |"]
+    derived = [(title, f) for title, f in DERIVED if any(_derived(launch, f) is not None for launch in launches)]
+    head = ["launch"] + [title for title, _, _ in COLUMNS] + [title for title, _ in derived] + \
+        ["top stalls (cycles per issue)"]
+    lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(COLUMNS) + len(derived)) + " --- |"]
     for i, launch in enumerate(launches):
         name = names[i] if names and i < len(names) else launch.get("Kernel Name", "?")
         cells = []
         for _, metric, scale in COLUMNS:
             value = _number(launch.get(metric))
             cells.append("-" if value is None else f"{value * scale:.4g}")
+        for _, f in derived:
+            value = _derived(launch, f)
+            cells.append("-" if value is None else f"{value:.4g}")
         top = ", ".join(f"{r} {v:.2f}" for r, v in stalls(launch)) or "-"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {top} |")
     return "\n".join(lines)
+
+
+def _derived(launch: Dict[str, str], f) -> Optional[float]:
+    """A :data:`DERIVED` column of one launch, or None where a metric it needs is missing."""
+    try:
+        return f({k: _number(v) for k, v in launch.items()})
+    except (KeyError, TypeError, ZeroDivisionError):
+        return None
 
 
 def sweep_names(sweep: Path) -> List[str]:
@@ -105,6 +125,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv", type=Path, help="ncu --csv --page raw output")
     ap.add_argument("--sweep", type=Path, help="the tile sweep's sweep.json: name each launch by its variant")
+    ap.add_argument("--first", action="store_true",
+                    help="the CSV holds the sweep's first launches only (ncu -c): name those")
     ap.add_argument("--out", type=Path, help="markdown file (default: stdout)")
     args = ap.parse_args(argv)
     try:
@@ -114,6 +136,9 @@ def main(argv=None) -> int:
     if not launches:
         sys.exit(f"ncu_table: no launches in {args.csv} (not ncu's --csv --page raw output?)")
     names = sweep_names(args.sweep) if args.sweep else None
+    # a run cut short by ncu's --launch-count (-c) profiled the sweep's first launches
+    if names and len(names) > len(launches) and args.first:
+        names = names[:len(launches)]
     if names and len(names) != len(launches):
         print(f"ncu_table: {len(launches)} launches in {args.csv}, {len(names)} expected from {args.sweep}: "
               "launches named by kernel", file=sys.stderr)
