@@ -72,9 +72,10 @@ lp() {
 emu() {  # emulated-11's call.sh writes ./res and tars it where OUT is set: run it inside $R, OUT empty;
   # it sweeps any gemmprof.tar.xz it finds (gemm's): moved aside
   [ -f $C/gemmprof.tar.xz ] && mv $C/gemmprof.tar.xz $C/gemmprof.swept.tar.xz
-  (cd $R && OUT= CALL=$(realpath $C) EMU=emu12 KPROF= SECS=${SECS:-170} BUDGET=${BUDGET:-140} \
+  local call=$(realpath $C) script=$(realpath $D/../2026-12-07-h200-emulated-11/call.sh)
+  (cd $R && OUT= CALL=$call EMU=emu12 KPROF= SECS=${SECS:-170} BUDGET=${BUDGET:-140} \
     END_S=${END_S:-540} MODELS="efficientnet_lite0 mobilenet_v3_large ghostnet_100 regnet_y_400mf distilbert timm_resnet26d" \
-    bash $(realpath $D/../2026-12-07-h200-emulated-11/call.sh))
+    bash $script)
 }
 
 for what in "$@"; do $what; echo "== $what end $(since)s"; done
