@@ -591,6 +591,79 @@ def test_wide_thread_tiles_compute_the_same_and_build_without_spills():
         assert kernel.registers <= gpu_limits(target).profile.max_registers_per_thread
 
 
+def _matmul_bias_residual_kernel(m, n, k):
+    """``x @ w + b + r``: a bias constant along the rows and a residual that differs everywhere."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((m, k), "float32"))
+    w = relax.Var("w", relax.TensorType((k, n), "float32"))
+    b = relax.Var("b", relax.TensorType((n,), "float32"))
+    r = relax.Var("r", relax.TensorType((m, n), "float32"))
+    with bb.function("main", [x, w, b, r]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.add(bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, w)), b)), r))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return _only_kernel(bb.get())
+
+
+def _write_back_reads(sch):
+    """The buffers the block that writes the kernel's output (its one global write) reads."""
+    found = []
+
+    def visit(block):
+        if any(w.source.scope() == "global" for w in block.writes):
+            found.append([r.source.name for r in block.reads])
+
+    tvm_ffi.structural_walk(sch.mod["main"].body, [(s_tir.SBlock, visit)], order="post")
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_staged_epilogue_operands_are_opt_in():
+    """``GemmConfig.stage_epilogue_operands`` is off by default (not yet timed) and carried into every
+    ranked tile when set."""
+    target = hw.target(H200)
+    limits = gpu_limits(target)
+    with hw.pass_context(target):
+        config = ImplicitGemm().get_config(target)
+    problem = gemm_tiles.GemmProblem(1, *DEIT_QKV, 4, False, (False, False), (True, True))
+    assert not any(t.stage_epilogue for t in gemm_tiles.rank_tiles(problem, limits, config))
+    staged = gemm_tiles.rank_tiles(problem, limits, dataclasses.replace(config, stage_epilogue_operands=True))
+    assert staged and all(t.stage_epilogue for t in staged)
+
+
+@pytest.mark.parametrize("micro", [(2, 2), (16, 8)])
+def test_a_staged_epilogue_reads_the_bias_from_registers_and_the_residual_from_memory(micro):
+    """With ``stage_epilogue``, the write-back reads the bias from a thread-local copy (loaded once a
+    thread, not once an output) and still reads the residual from global memory. Both tiles compute
+    what the kernel does, and the 128-accumulator tile with its staged bias builds for sm_90 without
+    spills."""
+    target = hw.target(H200)
+    func = _matmul_bias_residual_kernel(200, 136, 192)
+    with hw.pass_context(target):
+        _, best, _ = plan(func, target)
+    rows, cols = micro
+    shape = {} if micro == (2, 2) else dict(thread_rows=8, thread_cols=16, vector_width=4, depth_step=8, split_k=1,
+                                            prefetch=True, async_stages=0, unroll_depth=False)
+    for staged in (False, True):
+        tile = dataclasses.replace(best, micro_rows=rows, micro_cols=cols, stage_epilogue=staged, **shape)
+        with hw.pass_context(target), target:
+            sch = ImplicitGemm().schedule_tile(func, target, tile)
+        assert sch is not None, tile
+        reads = _write_back_reads(sch)
+        assert ("b_local" in reads, "b" in reads, "r" in reads) == (staged, not staged, True), reads
+    assert_schedule_preserves_numerics(func, sch, reassociates=True, blocks_reversed=True)
+    if micro == (2, 2):
+        return
+    with tvm.transform.PassContext(opt_level=3), hw.pass_context(target), target:
+        built = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}), target=target)
+    if not toolchain.have_nvcc():
+        pytest.skip("nvcc not found: numerics checked only")
+    for name, kernel in ptxas_kernels(cuda_source(built)).items():
+        assert kernel.spill_store_bytes == kernel.spill_load_bytes == 0, name
+        assert kernel.registers <= gpu_limits(target).profile.max_registers_per_thread
+
+
 # ---- on a GPU ------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_resnet50_on_gpu_matches_stock():

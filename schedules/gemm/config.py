@@ -120,6 +120,14 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
         slower (``new-big``). Empty by default: timed in ``bench/results/2026-12-07-h100-corpus-12``,
         the wide tile is the fastest on 1 of 16 transformer GEMMs and makes ViT-B and LLaMA slower
         end to end (the model, which ranks it first on 6, counts no latency it leaves unhidden).
+    stage_epilogue_operands : bool
+        Load each epilogue operand that is the same along one output axis (a bias, a per-channel
+        scale) into registers once per thread, before the write-back (``GemmTile.stage_epilogue``).
+        Without it the write-back loads it once per output, under the output's bounds guard, and
+        nvcc does not hoist the load. Under ncu on an H100 (``bench/results/2026-12-07-h100-corpus-13``),
+        our copy of cuBLAS's tile for DeiT-T's qkv issues 113.5 k bias loads to cuBLAS's 0.9 k and
+        stalls on them. ptxas (sm_90) counts 112 fewer loads on that tile, and 32 more registers. The
+        model does not rank it. Off by default: not yet timed.
     warp_slow_lanes : tuple
         Warp tiling for ``cp.async`` vector tiles: a warp's lanes ``L`` along the slow axis by
         ``warp_size / L`` along the fast one, each warp a sub-tile (``GemmTile.warp_slow``). It
@@ -158,3 +166,4 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
     min_resident_blocks: int = 2
     wide_micro_shapes: Tuple[Tuple[int, int], ...] = ()
     warp_slow_lanes: Tuple[int, ...] = ()
+    stage_epilogue_operands: bool = False

@@ -124,6 +124,9 @@ class GemmTile:  # pylint: disable=too-many-instance-attributes
     warp_fast: int = 0
     #: ``"shared"`` (static, at most 48 KiB on CUDA) or ``"shared.dyn"`` (the profile's opt-in limit)
     shared_scope: str = "shared"
+    #: epilogue operands constant along an output axis loaded into registers once per thread
+    #: (``GemmConfig.stage_epilogue_operands``)
+    stage_epilogue: bool = False
 
     @property
     def threads(self) -> int:
@@ -146,6 +149,7 @@ class GemmTile:  # pylint: disable=too-many-instance-attributes
         return (f"{self.block_rows}x{self.block_cols} outputs a block ({self.thread_rows}x{self.thread_cols} "
                 f"threads x {self.micro_rows}x{self.micro_cols} accumulators{vector}), BK {self.depth_step}, "
                 f"split K {self.split_k}, {self._prefetch_words()}, "
+                f"{'epilogue operands staged, ' if self.stage_epilogue else ''}"
                 f"{self.blocks} blocks, model {self.time_s * 1e6:.1f} us")
 
     def _prefetch_words(self) -> str:
@@ -350,7 +354,8 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     ideal = problem.flops / (2 * limits.warp_instructions_per_s * limits.profile.warp_size)
     return GemmTile(thread_rows, thread_cols, micro_rows, micro_cols, depth_step, split_k, prefetch,
                     blocks, shared, registers, per_sm, time, ideal / time, config.unroll_explicit,
-                    vector_width, stages if async_copy else 0, unrolled, shared_scope=scope)
+                    vector_width, stages if async_copy else 0, unrolled, shared_scope=scope,
+                    stage_epilogue=config.stage_epilogue_operands)
 
 
 def _shared_elements(block_rows: int, block_cols: int, depth_step: int, vector_width: int) -> int:
