@@ -292,15 +292,15 @@ def report(bundle: Path, results: dict, emu_plan: dict, ncu_text: Optional[str] 
     entries = {(e["model"], e["batch"]): e for e in manifest["entries"]}
     rows = {(r["model"], r["batch"]): r for r in results.get("rows", [])}
     dram = library_dram(entries, results, ncu_text, runs)
-    lines = ["# P's plan against Q's plan, both under P's limits, on the H200", "",
-             f"Bundle {bundle} (commit {manifest.get('commit')}), results on "
-             f"{results.get('system', {}).get('gpu', results.get('system', {}).get('device', '?'))}. "
+    gpu = results.get("system", {}).get("gpu", results.get("system", {}).get("device", "?"))
+    lines = [f"# P's plan against Q's plan, both under P's limits, on the {gpu}", "",
+             f"Bundle {bundle} (commit {manifest.get('commit')}), results on {gpu}. "
              "Times: median of the runner's repeats (ms). Feasible: every kernel's ptxas registers, shared "
              "memory and block size fit P, and no fused pair had to be staged under P's limits. "
              "DRAM: ncu dram__bytes_read.sum + dram__bytes_write.sum of one main run (MB), each kernel "
-             "with cold caches (ncu --cache-control all: the H200's 50 MB L2 keeps nothing between kernels). "
+             "with cold caches (ncu --cache-control all: the L2 keeps nothing between kernels). "
              "**Modelled** (not measured): sum over kernels of max(bytes / P's DRAM bandwidth, FLOPs / P's "
-             "FP32 peak), in ms: bandwidth cannot be emulated on the H200.", "",
+             "FP32 peak), in ms: bandwidth cannot be emulated.", "",
              "| model | batch | P | Q | decision | P-plan ms | Q-plan ms (P's limits) | winner | feasible P / Q "
              "| DRAM MB P / Q | modelled ms on P's roofline, P / Q |",
              "| --- | ---: | --- | --- | --- | ---: | ---: | --- | --- | ---: | ---: |"]
