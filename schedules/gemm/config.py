@@ -126,7 +126,7 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
         Without it the write-back loads it once per output, under the output's bounds guard, and
         nvcc does not hoist the load. Under ncu on an H100 (``bench/results/2026-12-07-h100-corpus-13``),
         our copy of cuBLAS's tile for DeiT-T's qkv issues 113.5 k bias loads to cuBLAS's 0.9 k and
-        stalls on them. ptxas (sm_90) counts 112 fewer loads on that tile, and 32 more registers. The
+        stalls on global memory 8x as long. ptxas (sm_90) counts 112 fewer loads on that tile, and 32 more registers. The
         model does not rank it. Off by default: not yet timed.
     warp_slow_lanes : tuple
         Warp tiling for ``cp.async`` vector tiles: a warp's lanes ``L`` along the slow axis by
