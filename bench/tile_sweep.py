@@ -58,6 +58,7 @@ CONFIGS = {
     "wide": {"wide_micro_shapes": ((8, 16), (16, 8))},
     # the epilogue's bias and per-channel operands loaded once a thread, not once an output
     "staged-epilogue": {"stage_epilogue_operands": True},
+    "wide-staged-epilogue": {"wide_micro_shapes": ((8, 16), (16, 8)), "stage_epilogue_operands": True},
     # one of the new form's three changes at a time, to tell which of them wins where
     "stages": {**_NEW, "unroll_async_depth": False},  # 2-4 buffers, dynamic shared memory, rolled
     "stages-static": {**_NEW, "unroll_async_depth": False, "dynamic_shared_memory": False},

@@ -1,0 +1,72 @@
+#!/bin/bash
+# corpus-14's device call. Usage: OUT=$OUT CALL=.bundle_callF bash call.sh se gp rg ...
+#  se (issue 14): GemmConfig.stage_epilogue_operands timed. $CALL/gemmprof.tar.xz holds the sweep
+#    deitse (DeiT-T's qkv and fc1, ViT-B's fc1 and qkv, batch 32: the best two tiles of the default,
+#    staged-epilogue, wide and wide-staged-epilogue forms), timed and its first 18 launches (DeiT-T's
+#    qkv and fc1) under Nsight Compute; then four transformers end to end, hw against hw with the
+#    option on ($CALL/se, packed by pack_solid.sh).
+#  gp (issue 15): GPT-2 batch 32's kernels one by one, before (lpold) and after (lpnew) the
+#    layout-prologue calibration (1223bf4), the bundles of ../2026-12-07-h100-corpus-13.
+#  rg (issue 15): RegNetY-400MF batch 32's DRAM bytes per kernel under each emulated-12 plan (emu12).
+# $CALL/rt.tar.xz: the runtime, once (../2026-12-02-h200-corpus-6/assemble.sh). Build commands: README.md.
+set -u
+export PYTHONUNBUFFERED=1
+C=${CALL:-.bundle_callF}
+D=$(dirname $(realpath $0))
+R=${OUT:-.}/res
+T0=$(date +%s)
+since() { echo $(( $(date +%s) - T0 )); }
+mkdir -p $R rt && tar -C rt -xJf $C/rt.tar.xz
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,driver_version --format=csv > $R/gpu.txt
+unpack() {  # a bundle packed by pack_solid.sh, with the runtime copied in
+  local b=$C/$1
+  cp -r rt/* $b/
+  tar -C $b -xJf $C/$1.libs.tar.xz && mkdir -p $b/cubin && tar -C $b/cubin -xJf $C/$1.cubins.tar.xz
+  (cd $b/cubin && ls *.bin | xargs -P 16 -n 16 xz -0)
+  [ -f $b/manifest.json.xz ] && xz -d $b/manifest.json.xz
+}
+NCU_GEMM="ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
+  --section Occupancy --section SchedulerStats --section WarpStateStats --section LaunchStats --section InstructionStats \
+  --metrics smsp__inst_executed.sum,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum,sm__cycles_elapsed.avg.per_second \
+  --csv --page raw --print-units base"
+
+se() {
+  local R=$R/se; mkdir -p $R
+  g=$C/gemmprof; mkdir -p $g && tar -C $g -xJf $C/gemmprof.tar.xz
+  cp -r rt/* $g/deitse/
+  timeout 150 python3 $g/deitse/tile_sweep.py run --bundle $g/deitse --sweep $g/deitse --out $R/deitse --repeat 10 \
+    > $R/deitse.log 2>&1; echo "rc=$?" >> $R/deitse.log; tail -n 1 $R/deitse.log
+  echo "== deitse $(since)s"
+  timeout 130 $NCU_GEMM -c 18 --log-file $R/ncu_deitse.csv \
+    python3 $g/deitse/tile_sweep.py run --bundle $g/deitse --sweep $g/deitse --out /tmp/once --once > $R/ncu_deitse.log 2>&1
+  echo "rc=$?" >> $R/ncu_deitse.log; echo "== ncu deitse $(since)s"
+  unpack se
+  timeout 150 python3 $C/se/run.py --out /tmp/o_se --repeat 7 --min-repeat-ms 5 --no-torch --no-graph \
+    --no-isolate --time-budget 130 > $R/se.log 2>&1; echo "rc=$?" >> $R/se.log
+  cp /tmp/o_se/results.json $R/se.json 2>/dev/null; tail -n 1 $R/se.log
+  xz -9 $R/*.csv
+}
+
+gp() {
+  local R=$R/gp; mkdir -p $R
+  for b in lpnew lpold; do
+    unpack $b
+    timeout 90 python3 $C/$b/run.py --out $R/$b --models corpus:gpt2 --batches 32 --no-graph --no-torch \
+      --no-isolate --repeat 7 --kernel-profile > $R/$b.log 2>&1; echo "rc=$?" >> $R/$b.log
+    tail -n 1 $R/$b.log; echo "== gp $b $(since)s"
+  done
+}
+
+rg() {  # ncu writes its CSV only when the application exits: one run
+  local R=$R/rg; mkdir -p $R
+  unpack emu12
+  timeout ${RG_S:-200} ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum --cache-control all --csv --page raw \
+    --print-units base --log-file $R/dram.csv python3 $C/emu12/run.py --out /tmp/ncu_rg --models corpus:regnet_y_400mf \
+    --batches 32 --no-graph --no-torch --no-isolate --repeat 1 --number 1 --min-repeat-ms 0 > $R/ncu_rg.log 2>&1
+  echo "rc=$?" >> $R/ncu_rg.log; tail -n 1 $R/ncu_rg.log; echo "== rg $(since)s"
+  xz -9 $R/dram.csv
+}
+
+for what in "$@"; do $what; echo "== $what end $(since)s"; done
+[ -n "${OUT:-}" ] && (cd $OUT && tar czf res.tgz res && rm -rf res)
+echo "done $(since)s"
