@@ -190,6 +190,31 @@ def test_a_layout_prologue_is_weighed_by_the_copies_measured_calibration():
     assert decision.figures["model_error_fused"] == pytest.approx(layout.k_fused, abs=1e-3)
 
 
+def test_a_lone_reshape_stays_a_view_apart_from_its_matmul():
+    """GPT-2's layer norm output reshaped to rows before its projection: apart, TVM's
+    RewriteDataflowReshape makes the reshape a view (no kernel), so the loads would only gain its
+    index arithmetic. The rule keeps it apart, and the built module reshapes by view; a reshape
+    with a transpose before it moves elements and still joins (test above)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((32, 128, 768), "float32"))
+    g = relax.Var("g", relax.TensorType((768,), "float32"))
+    w = relax.Var("w", relax.TensorType((768, 2304), "float32"))
+    with bb.function("main", [x, g, w]):
+        with bb.dataflow():
+            normed = bb.emit(relax.op.nn.layer_norm(x, g, g, axes=[-1]))
+            rows = bb.emit(relax.op.reshape(normed, (32 * 128, 768)))
+            out = bb.emit_output(relax.op.matmul(rows, w))
+        bb.emit_func_output(out)
+    target = hw.target("nvidia-h100-sxm")
+    pipeline = hw.get_pipeline(target, build_kernels=False, verify="none")
+    with target, hw.pass_context(target):
+        built = pipeline(bb.get())
+    (decision,) = [d for d in pipeline.fuse_pass.report.decisions if d.rule == GEMM_PROLOGUE]
+    assert not decision.fused and "only reshapes" in decision.reason
+    main = built["main"].script()
+    assert "vm.builtin.reshape" in main and "reshape(" not in main.replace("vm.builtin.reshape", "")
+
+
 def test_a_copy_that_also_computes_is_weighed_as_a_computed_prologue():
     """A reshape with a scale after it (PoolFormer's layer scale before its 1x1 conv) loses
     cp.async like any computed prologue: the computed prologues' calibration weighs it."""

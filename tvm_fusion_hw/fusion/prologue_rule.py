@@ -21,12 +21,16 @@ through the composed index (the template coalesces them along that buffer's cont
 copy's kernel and its round trip go, and a copy that computes nothing keeps ``cp.async``; such a
 pair is weighed with the copies' own measured calibration (``calibration_key(..., layout_prologue=
 True)``), not the computed prologues'. A concatenation is declined by the template: choosing each
-element among its inputs is a chain of compares the plan does not count.
+element among its inputs is a chain of compares the plan does not count. A producer that only
+reshapes stays apart: TVM's ``RewriteDataflowReshape`` makes it a view of its input, so it has no
+kernel and no round trip to save, and in the loads it only adds index arithmetic.
 """
 
 from __future__ import annotations
 
 from typing import Dict
+
+from tvm.relax.analysis import has_reshape_pattern
 
 from tvm_fusion_hw.plans import as_plan
 
@@ -74,6 +78,11 @@ class GemmPrologueRule:
             return decision(False, f"apart: {refusal.reason}")
         if not cfg.gemm_prologues:
             return decision(False, "GEMM prologues disabled (gemm_prologues=False): two kernels")
+        if all(info.func is not None and has_reshape_pattern(info.func) for info in producer.infos):
+            # RewriteDataflowReshape turns a lone reshape into a view: apart it costs nothing
+            return decision(False, "apart: the producer only reshapes, and the build makes a lone reshape a view of "
+                                   "its input (no kernel, no bytes moved); in the loads it would only add index "
+                                   "arithmetic")
         if sum(1 for info in consumer.infos if info.is_complex) > 1:
             # an attention chain: its template (not the contraction's) schedules the group and
             # loads its operands itself; a prologue there would leave the kernel to dlight

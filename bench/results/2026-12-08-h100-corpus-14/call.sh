@@ -1,12 +1,14 @@
 #!/bin/bash
-# corpus-14's device call. Usage: OUT=$OUT CALL=.bundle_callF bash call.sh se gp rg ...
+# corpus-14's device calls. Usage: OUT=$OUT CALL=.bundle_callF bash call.sh se; CALL=.bundle_callG ... vw gp rg
 #  se (issue 14): GemmConfig.stage_epilogue_operands timed. $CALL/gemmprof.tar.xz holds the sweep
 #    deitse (DeiT-T's qkv and fc1, ViT-B's fc1 and qkv, batch 32: the best two tiles of the default,
 #    staged-epilogue, wide and wide-staged-epilogue forms), timed and its first 18 launches (DeiT-T's
 #    qkv and fc1) under Nsight Compute; then four transformers end to end, hw against hw with the
 #    option on ($CALL/se, packed by pack_solid.sh).
-#  gp (issue 15): GPT-2 batch 32's kernels one by one, before (lpold) and after (lpnew) the
-#    layout-prologue calibration (1223bf4), the bundles of ../2026-12-07-h100-corpus-13.
+#  vw (issue 15): a lone reshape kept apart from its GEMM (a view, no kernel) timed end to end: seven
+#    models whose batch-32 groups it changes, hw at 304d00b ($CALL/vwold) against hw with it ($CALL/vwnew).
+#  gp (issue 15): GPT-2 batch 32's kernels one by one: before the layout-prologue calibration
+#    (lpold, ../2026-12-07-h100-corpus-13's bundle), after it (vwold) and with the rule (vwnew); after vw.
 #  rg (issue 15): RegNetY-400MF batch 32's DRAM bytes per kernel under each emulated-12 plan (emu12).
 # $CALL/rt.tar.xz: the runtime, once (../2026-12-02-h200-corpus-6/assemble.sh). Build commands: README.md.
 set -u
@@ -47,11 +49,21 @@ se() {
   xz -9 $R/*.csv
 }
 
-gp() {
+vw() {  # hw before (HEAD at 304d00b) and after the lone-reshape rule, seven models whose groups it changes
+  local R=$R/vw; mkdir -p $R
+  for b in vwold vwnew; do unpack $b; done
+  for b in vwold vwnew; do
+    timeout 110 python3 $C/$b/run.py --out /tmp/o_$b --repeat 7 --min-repeat-ms 5 --no-torch --no-graph \
+      --no-isolate --time-budget 95 > $R/$b.log 2>&1; echo "rc=$?" >> $R/$b.log
+    cp /tmp/o_$b/results.json $R/$b.json 2>/dev/null; tail -n 1 $R/$b.log; echo "== vw $b $(since)s"
+  done
+}
+
+gp() {  # GPT-2 batch 32's kernels one by one: before the calibration (lpold), at HEAD (vwold), with the rule (vwnew)
   local R=$R/gp; mkdir -p $R
-  for b in lpnew lpold; do
-    unpack $b
-    timeout 90 python3 $C/$b/run.py --out $R/$b --models corpus:gpt2 --batches 32 --no-graph --no-torch \
+  [ -d $C/lpold/tvm_runtime ] || unpack lpold
+  for b in lpold vwold vwnew; do
+    timeout 60 python3 $C/$b/run.py --out $R/$b --models corpus:gpt2 --batches 32 --no-graph --no-torch \
       --no-isolate --repeat 7 --kernel-profile > $R/$b.log 2>&1; echo "rc=$?" >> $R/$b.log
     tail -n 1 $R/$b.log; echo "== gp $b $(since)s"
   done
