@@ -9,13 +9,14 @@
 #    models whose batch-32 groups it changes, hw at 304d00b ($CALL/vwold) against hw with it ($CALL/vwnew).
 #  gp (issue 15): GPT-2 batch 32's kernels one by one: before the layout-prologue calibration
 #    (lpold, ../2026-12-07-h100-corpus-13's bundle), after it (vwold) and with the rule (vwnew); after vw.
+#  sencu (issue 14): se's Nsight Compute pass alone (in se unless NCU_SE=0).
 #  rg (issue 15): RegNetY-400MF batch 32's DRAM bytes per kernel under each emulated-12 plan (emu12).
 # $CALL/rt.tar.xz: the runtime, once (../2026-12-02-h200-corpus-6/assemble.sh). Build commands: README.md.
 set -u
 export PYTHONUNBUFFERED=1
 C=${CALL:-.bundle_callF}
 D=$(dirname $(realpath $0))
-R=${OUT:-.}/res
+R=${OUT:-.}/res; RES=$R
 T0=$(date +%s)
 since() { echo $(( $(date +%s) - T0 )); }
 mkdir -p $R rt && tar -C rt -xJf $C/rt.tar.xz
@@ -32,27 +33,32 @@ NCU_GEMM="ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section
   --metrics smsp__inst_executed.sum,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum,sm__cycles_elapsed.avg.per_second \
   --csv --page raw --print-units base"
 
+sencu() {  # deitse's first 18 launches (DeiT-T's qkv and fc1 tiles) under Nsight Compute
+  local R=$RES/se; mkdir -p $R
+  g=$C/gemmprof
+  [ -d $g/deitse/tvm_runtime ] || { mkdir -p $g && tar -C $g -xJf $C/gemmprof.tar.xz && cp -r rt/* $g/deitse/; }
+  timeout 130 $NCU_GEMM -c 18 --log-file $R/ncu_deitse.csv \
+    python3 $g/deitse/tile_sweep.py run --bundle $g/deitse --sweep $g/deitse --out /tmp/once --once > $R/ncu_deitse.log 2>&1
+  echo "rc=$?" >> $R/ncu_deitse.log; echo "== ncu deitse $(since)s"
+  xz -9 $R/ncu_deitse.csv
+}
+
 se() {
-  local R=$R/se; mkdir -p $R
+  local R=$RES/se; mkdir -p $R
   g=$C/gemmprof; mkdir -p $g && tar -C $g -xJf $C/gemmprof.tar.xz
   cp -r rt/* $g/deitse/
   timeout 100 python3 $g/deitse/tile_sweep.py run --bundle $g/deitse --sweep $g/deitse --out $R/deitse --repeat 10 \
     > $R/deitse.log 2>&1; echo "rc=$?" >> $R/deitse.log; tail -n 1 $R/deitse.log
   echo "== deitse $(since)s"
-  if [ "${NCU_SE:-1}" = 1 ]; then  # NCU_SE=0: no Nsight Compute pass (a call short of time)
-    timeout 130 $NCU_GEMM -c 18 --log-file $R/ncu_deitse.csv \
-      python3 $g/deitse/tile_sweep.py run --bundle $g/deitse --sweep $g/deitse --out /tmp/once --once > $R/ncu_deitse.log 2>&1
-    echo "rc=$?" >> $R/ncu_deitse.log; echo "== ncu deitse $(since)s"
-  fi
+  [ "${NCU_SE:-1}" = 1 ] && sencu  # NCU_SE=0: no Nsight Compute pass (a call short of time)
   unpack se
   timeout 115 python3 $C/se/run.py --out /tmp/o_se --repeat 7 --min-repeat-ms 5 --no-torch --no-graph \
     --no-isolate --time-budget 100 > $R/se.log 2>&1; echo "rc=$?" >> $R/se.log
   cp /tmp/o_se/results.json $R/se.json 2>/dev/null; tail -n 1 $R/se.log
-  ls $R/*.csv > /dev/null 2>&1 && xz -9 $R/*.csv
 }
 
 vw() {  # hw before (HEAD at 304d00b) and after the lone-reshape rule, seven models whose groups it changes
-  local R=$R/vw; mkdir -p $R
+  local R=$RES/vw; mkdir -p $R
   for b in vwold vwnew; do unpack $b; done
   for b in vwold vwnew; do
     timeout 100 python3 $C/$b/run.py --out /tmp/o_$b --repeat 7 --min-repeat-ms 5 --no-torch --no-graph \
@@ -62,7 +68,7 @@ vw() {  # hw before (HEAD at 304d00b) and after the lone-reshape rule, seven mod
 }
 
 gp() {  # GPT-2 batch 32's kernels one by one: before the calibration (lpold), at HEAD (vwold), with the rule (vwnew)
-  local R=$R/gp; mkdir -p $R
+  local R=$RES/gp; mkdir -p $R
   [ -d $C/lpold/tvm_runtime ] || unpack lpold
   for b in lpold vwold vwnew; do
     timeout 45 python3 $C/$b/run.py --out $R/$b --models corpus:gpt2 --batches 32 --no-graph --no-torch \
@@ -72,7 +78,7 @@ gp() {  # GPT-2 batch 32's kernels one by one: before the calibration (lpold), a
 }
 
 rg() {  # ncu writes its CSV only when the application exits: one run
-  local R=$R/rg; mkdir -p $R
+  local R=$RES/rg; mkdir -p $R
   unpack emu12
   timeout ${RG_S:-200} ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum --cache-control all --csv --page raw \
     --print-units base --log-file $R/dram.csv python3 $C/emu12/run.py --out /tmp/ncu_rg --models corpus:regnet_y_400mf \
