@@ -69,8 +69,8 @@ vw() {  # hw before (HEAD at 304d00b) and after the lone-reshape rule, seven mod
 
 gp() {  # GPT-2 batch 32's kernels one by one: before the calibration (lpold), at HEAD (vwold), with the rule (vwnew)
   local R=$RES/gp; mkdir -p $R
-  [ -d $C/lpold/tvm_runtime ] || unpack lpold
-  for b in lpold vwold vwnew; do
+  for b in ${GP:-lpold vwold vwnew}; do  # GP: the bundles to profile
+    [ -d $C/$b/tvm_runtime ] || unpack $b
     timeout 45 python3 $C/$b/run.py --out $R/$b --models corpus:gpt2 --batches 32 --no-graph --no-torch \
       --no-isolate --repeat 7 --kernel-profile > $R/$b.log 2>&1; echo "rc=$?" >> $R/$b.log
     tail -n 1 $R/$b.log; echo "== gp $b $(since)s"
