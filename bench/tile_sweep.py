@@ -59,6 +59,9 @@ CONFIGS = {
     # the epilogue's bias and per-channel operands loaded once a thread, not once an output
     "staged-epilogue": {"stage_epilogue_operands": True},
     "wide-staged-epilogue": {"wide_micro_shapes": ((8, 16), (16, 8)), "stage_epilogue_operands": True},
+    # cp.async K loops of one barrier a step, in the default and the 2-4-buffer forms
+    "one-barrier": {"one_barrier_steps": True},
+    "new-one-barrier": {**_NEW, "one_barrier_steps": True},
     # one of the new form's three changes at a time, to tell which of them wins where
     "stages": {**_NEW, "unroll_async_depth": False},  # 2-4 buffers, dynamic shared memory, rolled
     "stages-static": {**_NEW, "unroll_async_depth": False, "dynamic_shared_memory": False},
@@ -201,6 +204,7 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(),
 
     import tvm_fusion_hw as hw
     from tvm_fusion_hw.bundle.libraries import cuda_source
+    from tvm_fusion_hw.schedules.base import one_barrier
     from tvm_fusion_hw.schedules.base.limits import gpu_limits
     from tvm_fusion_hw.schedules.gemm.rule import ImplicitGemm
     from tvm_fusion_hw.schedules.rules import rules_named
@@ -239,7 +243,7 @@ def build(out: Path, cases, top: int, profile: str, tile_changes=(), configs=(),
             try:
                 with tvm.transform.PassContext(opt_level=3), hw.pass_context(target), target:
                     built = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
-                                        target=target)
+                                        target=target, tir_pipeline=one_barrier.PIPELINE)
             except Exception as err:  # pylint: disable=broad-except
                 # a hand-made tile (--tile-change) may not lower; the others still count
                 print(f"skipped {lib.name}: {type(err).__name__}: {str(err).splitlines()[-1][:200]}", flush=True)

@@ -29,6 +29,7 @@ from tvm.target import Target
 from tvm.tirx.build import split_host_device_mods, tir_to_runtime
 
 from .fusion.memo import context_key, target_key
+from .schedules.base import one_barrier
 
 #: TVM's attribute for the one function a module's ``__tvm_main__`` stands for; a part of one kernel
 #: lowered alone gets it, a module of several has none.
@@ -81,7 +82,8 @@ def lower(funcs: Dict[str, tirx.PrimFunc], target: Target) -> Lowered:
     finalised (under the current PassContext, as ``tvm.compile`` builds)."""
     mod = tvm.IRModule({name: _with_symbol(name, func) for name, func in funcs.items()})
     mod = tirx.transform.BindTarget(Target(target).with_host(host_target(target)))(mod)
-    pipeline, finalize_host, finalize_device = tirx.get_tir_pipeline("default")
+    # TVM's default pipeline, then the one-barrier rewrite of the loops a schedule marked
+    pipeline, finalize_host, finalize_device = tirx.get_tir_pipeline(one_barrier.PIPELINE)
     host_mod, device_mods = split_host_device_mods(pipeline(mod))
     host_mod = finalize_host()(host_mod)
     devices, targets = {}, {}

@@ -128,6 +128,12 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
         our copy of cuBLAS's tile for DeiT-T's qkv issues 113.5 k bias loads to cuBLAS's 0.9 k and
         stalls on global memory 8x as long. ptxas (sm_90) counts 112 fewer loads on that tile, and 32 more registers. The
         model does not rank it. Off by default: not yet timed.
+    one_barrier_steps : bool
+        ``cp.async`` tiles of 2-4 buffers wait for a step's copies before they issue the next, so a
+        K step needs one barrier, not TVM's two (``GemmTile.one_barrier``, :mod:`..base.one_barrier`):
+        under ncu our small tiles stall on the two barriers of each step
+        (``bench/results/2026-12-07-h100-corpus-13``). The model does not rank it. Off by default:
+        not yet timed.
     warp_slow_lanes : tuple
         Warp tiling for ``cp.async`` vector tiles: a warp's lanes ``L`` along the slow axis by
         ``warp_size / L`` along the fast one, each warp a sub-tile (``GemmTile.warp_slow``). It
@@ -167,3 +173,4 @@ class GemmConfig:  # pylint: disable=too-many-instance-attributes
     wide_micro_shapes: Tuple[Tuple[int, int], ...] = ()
     warp_slow_lanes: Tuple[int, ...] = ()
     stage_epilogue_operands: bool = False
+    one_barrier_steps: bool = False

@@ -56,6 +56,7 @@ from tvm.s_tir.dlight.gpu.matmul import (
 from tvm.target import Target
 
 from tvm_fusion_hw.plans import KernelPlan, as_plan
+from tvm_fusion_hw.schedules.base import one_barrier
 from tvm_fusion_hw.schedules.base.limits import gpu_limits
 from tvm_fusion_hw.schedules.base.prologue import func_instructions, operand_instructions, selects_among_inputs
 from tvm_fusion_hw.schedules.base.rule import TiledScheduleRule
@@ -349,6 +350,8 @@ def _schedule(  # pylint: disable=too-many-locals
         sch.annotate(ko, "software_pipeline_stage", [0, 0, tile.async_stages - 1])
         sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
         sch.annotate(ko, "software_pipeline_async_stages", [0])
+        if tile.one_barrier:
+            one_barrier.mark(sch, ko)
         if tile.async_stages > 2:
             # The pipeline's drain waits for async_stages - 2, ..., 0 copies in flight: a loop
             # whose counts become constants only where TVM unrolls it itself (else codegen fails:

@@ -127,6 +127,8 @@ class GemmTile:  # pylint: disable=too-many-instance-attributes
     #: epilogue operands constant along an output axis loaded into registers once per thread
     #: (``GemmConfig.stage_epilogue_operands``)
     stage_epilogue: bool = False
+    #: a ``cp.async`` K loop of one barrier a step (``GemmConfig.one_barrier_steps``)
+    one_barrier: bool = False
 
     @property
     def threads(self) -> int:
@@ -155,6 +157,7 @@ class GemmTile:  # pylint: disable=too-many-instance-attributes
     def _prefetch_words(self) -> str:
         if self.async_stages > 1:
             extra = "".join([", K step unrolled" if self.unroll_depth else "",
+                             ", one barrier a step" if self.one_barrier else "",
                              ", dynamic shared memory" if self.shared_scope == "shared.dyn" else "",
                              f", warps of {self.warp_slow}x{self.warp_fast} lanes" if self.warp_slow else ""])
             return f"prefetch by cp.async ({self.async_stages} shared buffers{extra})"
@@ -355,7 +358,8 @@ def _model(  # pylint: disable=too-many-arguments,too-many-locals
     return GemmTile(thread_rows, thread_cols, micro_rows, micro_cols, depth_step, split_k, prefetch,
                     blocks, shared, registers, per_sm, time, ideal / time, config.unroll_explicit,
                     vector_width, stages if async_copy else 0, unrolled, shared_scope=scope,
-                    stage_epilogue=config.stage_epilogue_operands)
+                    stage_epilogue=config.stage_epilogue_operands,
+                    one_barrier=config.one_barrier_steps and async_copy)
 
 
 def _shared_elements(block_rows: int, block_cols: int, depth_step: int, vector_width: int) -> int:
