@@ -5,10 +5,13 @@
 #    staged-epilogue, wide and wide-staged-epilogue forms), timed and its first 18 launches (DeiT-T's
 #    qkv and fc1) under Nsight Compute; then four transformers end to end, hw against hw with the
 #    option on ($CALL/se, packed by pack_solid.sh).
+#  (second call: CALL=.bundle_callI RG_S=150 ... ob rg)
 #  vw (issue 15): a lone reshape kept apart from its GEMM (a view, no kernel) timed end to end: seven
 #    models whose batch-32 groups it changes, hw at 304d00b ($CALL/vwold) against hw with it ($CALL/vwnew).
 #  gp (issue 15): GPT-2 batch 32's kernels one by one: before the layout-prologue calibration
 #    (lpold, ../2026-12-07-h100-corpus-13's bundle), after it (vwold) and with the rule (vwnew); after vw.
+#  ob (issue 14): GemmConfig.one_barrier_steps (one barrier a K step in cp.async loops) timed: the
+#    sweep obsweep (in gemmprof.tar.xz), compute-sanitizer on its tiles, five models end to end (ob).
 #  sencu (issue 14): se's Nsight Compute pass alone (in se unless NCU_SE=0).
 #  rg (issue 15): RegNetY-400MF batch 32's DRAM bytes per kernel under each emulated-12 plan (emu12).
 # $CALL/rt.tar.xz: the runtime, once (../2026-12-02-h200-corpus-6/assemble.sh). Build commands: README.md.
@@ -85,6 +88,24 @@ rg() {  # ncu writes its CSV only when the application exits: one run
     --batches 32 --no-graph --no-torch --no-isolate --repeat 1 --number 1 --min-repeat-ms 0 > $R/ncu_rg.log 2>&1
   echo "rc=$?" >> $R/ncu_rg.log; tail -n 1 $R/ncu_rg.log; echo "== rg $(since)s"
   xz -9 $R/dram.csv
+}
+
+ob() {  # GemmConfig.one_barrier_steps: the sweep obsweep timed, its tiles under racecheck and memcheck
+  # (each launched once), then five models end to end, hw against hw with the option ($CALL/ob)
+  local R=$RES/ob; mkdir -p $R
+  g=$C/gemmprof; mkdir -p $g; [ -d $g/obsweep ] || tar -C $g -xJf $C/gemmprof.tar.xz
+  cp -r rt/* $g/obsweep/
+  timeout 100 python3 $g/obsweep/tile_sweep.py run --bundle $g/obsweep --sweep $g/obsweep --out $R/obsweep --repeat 10 \
+    > $R/obsweep.log 2>&1; echo "rc=$?" >> $R/obsweep.log; tail -n 1 $R/obsweep.log; echo "== obsweep $(since)s"
+  for tool in racecheck memcheck; do
+    timeout 90 compute-sanitizer --tool $tool --error-exitcode 1 python3 $g/obsweep/tile_sweep.py run --bundle $g/obsweep \
+      --sweep $g/obsweep --out /tmp/san --once > $R/$tool.log 2>&1; echo "rc=$?" >> $R/$tool.log; tail -n 3 $R/$tool.log
+    echo "== $tool $(since)s"
+  done
+  unpack ob
+  timeout 150 python3 $C/ob/run.py --out /tmp/o_ob --repeat 7 --min-repeat-ms 5 --no-torch --no-graph \
+    --no-isolate --time-budget 135 > $R/ob.log 2>&1; echo "rc=$?" >> $R/ob.log
+  cp /tmp/o_ob/results.json $R/ob.json 2>/dev/null; tail -n 1 $R/ob.log
 }
 
 for what in "$@"; do $what; echo "== $what end $(since)s"; done
