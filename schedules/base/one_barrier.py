@@ -38,8 +38,9 @@ def mark(sch, loop) -> None:
 
 
 def one_barrier_steps(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """``func`` with each marked loop in the one-barrier order where its body has TVM's shape;
-    the mark removed either way."""
+    """``func`` with each marked loop in the one-barrier order where its body has TVM's shape, and
+    without its mark. A marked loop under a statement :func:`_rewrite` does not enter keeps its
+    two barriers and its mark (an annotation code generation ignores)."""
     marked: List[tirx.For] = []
     tvm_ffi.structural_walk(func.body, [(tirx.For, lambda f: MARK in f.annotations and marked.append(f))],
                             order="post")
@@ -48,11 +49,14 @@ def one_barrier_steps(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
 def _rewrite(stmt: tirx.Stmt) -> tirx.Stmt:
     """``stmt`` with its marked loops rewritten, through the statements that lead to them (a
-    sequence, an attribute, a loop); any other statement is left whole."""
+    sequence, an attribute, a condition, a loop); any other statement is left whole."""
     if isinstance(stmt, tirx.SeqStmt):
         return tirx.SeqStmt([_rewrite(s) for s in stmt.seq])
     if isinstance(stmt, tirx.AttrStmt):
         return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, _rewrite(stmt.body))
+    if isinstance(stmt, tirx.IfThenElse):
+        return tirx.IfThenElse(stmt.condition, _rewrite(stmt.then_case),
+                               None if stmt.else_case is None else _rewrite(stmt.else_case))
     if isinstance(stmt, tirx.For):
         annotations = {k: v for k, v in stmt.annotations.items() if k != MARK}
         body = _one_barrier_body(stmt.body) if MARK in stmt.annotations else None
