@@ -102,10 +102,13 @@ def _problem_and_model(problem: dict, profile: str, changes: Optional[dict]):
 
 
 def tile_choice(tile) -> tuple:
-    """What a tile chooses (a ``GemmTile`` or a sweep's tile dict), without what the model made of it."""
+    """What a tile chooses (a ``GemmTile`` or a sweep's tile dict), without what the model made of it
+    (the opt-in code forms too: a sweep's staged-epilogue or one-barrier copy of a tile is not the
+    tile the ranking offers without them)."""
     get = tile.get if isinstance(tile, dict) else lambda field, default=None: getattr(tile, field, default)
     return tuple(get(f, 0) for f in ("thread_rows", "thread_cols", "micro_rows", "micro_cols", "depth_step",
-                                     "split_k", "prefetch", "vector_width", "async_stages", "warp_slow"))
+                                     "split_k", "prefetch", "vector_width", "async_stages", "warp_slow",
+                                     "stage_epilogue", "one_barrier"))
 
 
 def ranked_choices(problem: dict, profile: str, changes: Optional[dict] = None) -> set:

@@ -1,6 +1,7 @@
 """Tests for one barrier a K step in multi-stage ``cp.async`` loops (schedules/base/one_barrier.py).
 
-CPU only, on the lowered TIR and the generated CUDA: a marked loop waits for its step's copies,
+CPU only, on the lowered TIR and the generated CUDA (and bench/gemm_model_check.py, which must not take a
+one-barrier copy of a tile for the model's pick): a marked loop waits for its step's copies,
 then one barrier, then issues the next copies and computes (two barriers unmarked); the wait
 allows one copy group fewer in flight; the pipeline the kernels build with applies it, TVM's
 default does not; a loop of another shape is left as it is; ptxas gives the same registers and
@@ -154,3 +155,24 @@ def test_one_barrier_costs_no_registers_and_spills_nothing(matmul):
     (before,), (after,) = (list(k.values()) for k in kernels)
     assert after.spill_store_bytes == 0 and after.spill_load_bytes == 0
     assert after.registers <= before.registers + 4
+
+
+def test_the_model_check_never_picks_a_one_barrier_copy_of_a_tile():
+    """A sweep's one-barrier form of a tile (the same choices otherwise, the same modelled time)
+    is not what the ranking offers while the option is off: timed faster it is the fastest tile,
+    never the model's pick."""
+    from script_loader import BENCH, load_script  # pylint: disable=import-outside-toplevel
+
+    check = load_script(BENCH / "gemm_model_check.py", "gemm_model_check")
+    problem = {"batch": 1, "rows": 4096, "cols": 1024, "depth": 1024, "dtype_bytes": 4, "rows_contiguous": False,
+               "fetch_spatial_inner": [False, True], "fetch_vector_inner": [False, True]}
+    with hw.pass_context(hw.target(H200)):
+        best = next(t for t in gemm_tiles.rank_tiles(gemm_tiles.GemmProblem(
+            1, 4096, 1024, 1024, 4, False, (False, True), (False, True)), gpu_limits(hw.target(H200)),
+            ImplicitGemm().get_config(hw.target(H200))) if t.async_stages > 1)
+    tile = dataclasses.asdict(best)
+    # listed first: with equal modelled times, a check that took it as offered would pick it
+    case = {"problem": problem, "variants": [{"name": "one-barrier1", "tile": {**tile, "one_barrier": True}, "us": 90.0},
+                                             {"name": "default0", "tile": tile, "us": 100.0}]}
+    fastest, pick = check.pick_against_fastest(case, H200)
+    assert fastest[2]["name"] == "one-barrier1" and pick[2]["name"] == "default0"
