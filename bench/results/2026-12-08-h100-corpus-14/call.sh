@@ -1,11 +1,11 @@
 #!/bin/bash
-# corpus-14's device calls. Usage: OUT=$OUT CALL=.bundle_callH NCU_SE=0 bash call.sh se vw gp (one call); rg needs emu12
+# corpus-14's device calls (README.md): OUT=$OUT CALL=.bundle_callH NCU_SE=0 GP="vwold vwnew" bash call.sh vw se gp,
+# then OUT=$OUT CALL=.bundle_callI RG_S=150 bash call.sh ob rg
 #  se (issue 14): GemmConfig.stage_epilogue_operands timed. $CALL/gemmprof.tar.xz holds the sweep
 #    deitse (DeiT-T's qkv and fc1, ViT-B's fc1 and qkv, batch 32: the best two tiles of the default,
 #    staged-epilogue, wide and wide-staged-epilogue forms), timed and its first 18 launches (DeiT-T's
 #    qkv and fc1) under Nsight Compute; then four transformers end to end, hw against hw with the
 #    option on ($CALL/se, packed by pack_solid.sh).
-#  (second call: CALL=.bundle_callI RG_S=150 ... ob rg)
 #  vw (issue 15): a lone reshape kept apart from its GEMM (a view, no kernel) timed end to end: seven
 #    models whose batch-32 groups it changes, hw at 304d00b ($CALL/vwold) against hw with it ($CALL/vwnew).
 #  gp (issue 15): GPT-2 batch 32's kernels one by one: before the layout-prologue calibration
@@ -17,7 +17,7 @@
 # $CALL/rt.tar.xz: the runtime, once (../2026-12-02-h200-corpus-6/assemble.sh). Build commands: README.md.
 set -u
 export PYTHONUNBUFFERED=1
-C=${CALL:-.bundle_callF}
+C=${CALL:-.bundle_callH}
 D=$(dirname $(realpath $0))
 R=${OUT:-.}/res; RES=$R
 T0=$(date +%s)
@@ -60,7 +60,7 @@ se() {
   cp /tmp/o_se/results.json $R/se.json 2>/dev/null; tail -n 1 $R/se.log
 }
 
-vw() {  # hw before (HEAD at 304d00b) and after the lone-reshape rule, seven models whose groups it changes
+vw() {  # hw at 304d00b and with the lone-reshape rule, seven models whose groups it changes
   local R=$RES/vw; mkdir -p $R
   for b in vwold vwnew; do unpack $b; done
   for b in vwold vwnew; do
@@ -70,7 +70,7 @@ vw() {  # hw before (HEAD at 304d00b) and after the lone-reshape rule, seven mod
   done
 }
 
-gp() {  # GPT-2 batch 32's kernels one by one: before the calibration (lpold), at HEAD (vwold), with the rule (vwnew)
+gp() {  # GPT-2 batch 32's kernels one by one: before the calibration (lpold), at 304d00b (vwold), with the rule (vwnew)
   local R=$RES/gp; mkdir -p $R
   for b in ${GP:-lpold vwold vwnew}; do  # GP: the bundles to profile
     [ -d $C/$b/tvm_runtime ] || unpack $b
@@ -97,9 +97,15 @@ ob() {  # GemmConfig.one_barrier_steps: the sweep obsweep timed, its tiles under
   cp -r rt/* $g/obsweep/
   timeout 100 python3 $g/obsweep/tile_sweep.py run --bundle $g/obsweep --sweep $g/obsweep --out $R/obsweep --repeat 10 \
     > $R/obsweep.log 2>&1; echo "rc=$?" >> $R/obsweep.log; tail -n 1 $R/obsweep.log; echo "== obsweep $(since)s"
+  # the sanitizers on the one-barrier tiles alone (and dlight's reference): the sweep's folder linked,
+  # its sweep.json cut to them
+  local s=$g/obsan; rm -rf $s; cp -rs $(realpath $g/obsweep) $s; rm $s/sweep.json
+  python3 -c "import json; d = json.load(open('$g/obsweep/sweep.json'))
+for c in d['cases']: c['variants'] = [v for v in c['variants'] if v['name'] == 'dlight' or 'one-barrier' in v['name']]
+json.dump(d, open('$s/sweep.json', 'w'))"
   for tool in racecheck memcheck; do
     timeout 90 compute-sanitizer --tool $tool --error-exitcode 1 python3 $g/obsweep/tile_sweep.py run --bundle $g/obsweep \
-      --sweep $g/obsweep --out /tmp/san --once > $R/$tool.log 2>&1; echo "rc=$?" >> $R/$tool.log; tail -n 3 $R/$tool.log
+      --sweep $s --out /tmp/san --once > $R/$tool.log 2>&1; echo "rc=$?" >> $R/$tool.log; tail -n 3 $R/$tool.log
     echo "== $tool $(since)s"
   done
   unpack ob
