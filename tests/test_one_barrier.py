@@ -72,7 +72,7 @@ def _k_loop(source):
             depth += {"{": 1, "}": -1}.get(source[at], 0)
             at += 1
         body = source[match.end():at - 1]
-        if "commit_group" in body and "for (int" not in body.split("commit_group")[0].split("\n", 1)[0]:
+        if "commit_group" in body:  # the first such loop: the prologue's copies are outside any
             return body
     raise AssertionError("no loop commits cp.async groups")
 
