@@ -72,7 +72,7 @@ def _k_loop(source):
             depth += {"{": 1, "}": -1}.get(source[at], 0)
             at += 1
         body = source[match.end():at - 1]
-        if "commit_group" in body:  # the first such loop: the prologue's copies are outside any
+        if "commit_group" in body:  # the K loop: the prologue commits outside any int loop
             return body
     raise AssertionError("no loop commits cp.async groups")
 
