@@ -194,7 +194,8 @@ def test_a_lone_reshape_stays_a_view_apart_from_its_matmul():
     """GPT-2's layer norm output reshaped to rows before its projection: apart, TVM's
     RewriteDataflowReshape makes the reshape a view (no kernel), so the loads would only gain its
     index arithmetic. The rule keeps it apart, and the built module reshapes by view; a reshape
-    with a transpose before it moves elements and still joins (test above)."""
+    with a transpose before it moves elements and still joins
+    (test_the_copies_join_their_matmuls_only_with_the_rule)."""
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((32, 128, 768), "float32"))
     g = relax.Var("g", relax.TensorType((768,), "float32"))
