@@ -164,15 +164,14 @@ def test_the_model_check_never_picks_a_one_barrier_copy_of_a_tile():
     from script_loader import BENCH, load_script  # pylint: disable=import-outside-toplevel
 
     check = load_script(BENCH / "gemm_model_check.py", "gemm_model_check")
-    problem = {"batch": 1, "rows": 4096, "cols": 1024, "depth": 1024, "dtype_bytes": 4, "rows_contiguous": False,
-               "fetch_spatial_inner": [False, True], "fetch_vector_inner": [False, True]}
-    with hw.pass_context(hw.target(H200)):
-        best = next(t for t in gemm_tiles.rank_tiles(gemm_tiles.GemmProblem(
-            1, 4096, 1024, 1024, 4, False, (False, True), (False, True)), gpu_limits(hw.target(H200)),
-            ImplicitGemm().get_config(hw.target(H200))) if t.async_stages > 1)
+    target = hw.target(H200)
+    problem = gemm_tiles.GemmProblem(1, 4096, 1024, 1024, 4, False, (False, True), (False, True))
+    with hw.pass_context(target):
+        best = next(t for t in gemm_tiles.rank_tiles(problem, gpu_limits(target), ImplicitGemm().get_config(target))
+                    if t.async_stages > 1)
     tile = dataclasses.asdict(best)
     # listed first: with equal modelled times, a check that took it as offered would pick it
-    case = {"problem": problem, "variants": [{"name": "one-barrier1", "tile": {**tile, "one_barrier": True}, "us": 90.0},
+    case = {"problem": dataclasses.asdict(problem), "variants": [{"name": "one-barrier1", "tile": {**tile, "one_barrier": True}, "us": 90.0},
                                              {"name": "default0", "tile": tile, "us": 100.0}]}
     fastest, pick = check.pick_against_fastest(case, H200)
     assert fastest[2]["name"] == "one-barrier1" and pick[2]["name"] == "default0"

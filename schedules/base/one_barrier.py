@@ -76,31 +76,27 @@ def _one_barrier_body(body: tirx.Stmt) -> Optional[tirx.Stmt]:
             and wait.attr_key == _WAIT and isinstance(wait.body, tirx.AttrStmt) and wait.body.attr_key == _IN_FLIGHT
             and isinstance(wait.body.value, tirx.IntImm) and wait.body.value.value >= 1):
         return None
-    copies = _without_first_sync(commit.body, before_sync_only=_is_binding)
-    compute = _without_first_sync(wait.body.body, before_sync_only=lambda s: False)
+    barrier, copies = _first_sync(commit.body, before_sync_only=_is_binding)
+    _, compute = _first_sync(wait.body.body, before_sync_only=lambda s: False)
     if copies is None or compute is None or _syncs(copies) or not _only_async_copies(copies):
         return None
     in_flight = tirx.IntImm(str(wait.body.value.ty.dtype), wait.body.value.value - 1)
-    barrier = _sync_of(commit.body)
     waited = tirx.AttrStmt(wait.node, _WAIT, wait.value,
                            tirx.AttrStmt(wait.body.node, _IN_FLIGHT, in_flight, barrier))
     return tirx.SeqStmt([waited, tirx.AttrStmt(commit.node, _COMMIT, commit.value, tirx.SeqStmt(copies)), *compute])
 
 
-def _without_first_sync(stmt: tirx.Stmt, before_sync_only) -> Optional[List[tirx.Stmt]]:
-    """The statements of the sequence ``stmt`` less its first barrier, where only statements that
-    ``before_sync_only`` accepts come before it; None otherwise."""
+def _first_sync(stmt: tirx.Stmt, before_sync_only):
+    """``(barrier, the other statements)`` of the sequence ``stmt``, its first barrier taken out,
+    where only statements that ``before_sync_only`` accepts come before it; ``(None, None)``
+    otherwise."""
     seq = list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
     for i, s in enumerate(seq):
         if _is_sync(s):
-            return seq[:i] + seq[i + 1:]
+            return s, seq[:i] + seq[i + 1:]
         if not before_sync_only(s):
-            return None
-    return None
-
-
-def _sync_of(stmt: tirx.Stmt) -> tirx.Stmt:
-    return next(s for s in (stmt.seq if isinstance(stmt, tirx.SeqStmt) else [stmt]) if _is_sync(s))
+            break
+    return None, None
 
 
 def _is_sync(stmt) -> bool:
